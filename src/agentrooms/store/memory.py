@@ -1,0 +1,185 @@
+"""The in-memory backend: the reference implementation of the store contract.
+
+It is a real backend, not a mock: it passes the same conformance suite as the others.
+State lives in one process and is lost when the process exits. Every public call runs
+without awaiting in between, so each is atomic with respect to other coroutines.
+
+``clock`` (seconds since the epoch) can be replaced, so expiry is testable without
+sleeping.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agentrooms.errors import CursorCompacted
+from agentrooms.store.base import (
+    JSON,
+    Compare,
+    Event,
+    Limits,
+    PreparedAppend,
+    PreparedWrite,
+    Record,
+    ScanPage,
+    Snapshot,
+    Store,
+    StoreInfo,
+    TransactResult,
+    check_compares,
+    decode_json,
+    ms_to_s,
+)
+
+
+@dataclass(slots=True)
+class _Row:
+    value_json: str
+    version: int
+    expires_ms: int | None
+
+
+@dataclass(slots=True)
+class _Room:
+    rows: dict[str, _Row] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  # sorted, for scan
+    log: list[tuple[int, str, str, int]] = field(default_factory=list)  # seq, type, data, ms
+    seq: int = 0
+    low: int = 1  # first sequence number not trimmed
+
+
+class MemoryStore(Store):
+    backend = "memory"
+
+    def __init__(
+        self,
+        url: str = "memory://",
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(url, limits)
+        self.clock = clock
+        self._rooms: dict[str, _Room] = {}
+        self._version = 0
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _room(self, room: str) -> _Room:
+        state = self._rooms.get(room)
+        if state is None:
+            state = self._rooms[room] = _Room()
+        return state
+
+    @staticmethod
+    def _live(state: _Room, key: str, now_ms: int) -> _Row | None:
+        row = state.rows.get(key)
+        if row is None or (row.expires_ms is not None and row.expires_ms <= now_ms):
+            return None
+        return row
+
+    @staticmethod
+    def _record(key: str, row: _Row) -> Record:
+        return Record(key, decode_json(row.value_json), row.version, ms_to_s(row.expires_ms))
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        now_ms = self._now_ms()
+        state = self._rooms.get(room) or _Room()
+        found = {}
+        for key in keys:
+            row = self._live(state, key, now_ms)
+            if row is not None:
+                found[key] = self._record(key, row)
+        return Snapshot(found, now_ms / 1000.0)
+
+    async def _transact(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult:
+        now_ms = self._now_ms()
+        state = self._room(room)
+
+        def current(key: str) -> tuple[int, JSON] | None:
+            row = self._live(state, key, now_ms)
+            return None if row is None else (row.version, decode_json(row.value_json))
+
+        check_compares(compares, current)
+        versions: dict[str, int] = {}
+        for w in writes:
+            if w.value_json is None:
+                if state.rows.pop(w.key, None) is not None:
+                    state.keys.pop(bisect.bisect_left(state.keys, w.key))
+                continue
+            self._version += 1
+            expires = None if w.ttl_ms is None else now_ms + w.ttl_ms
+            if w.key not in state.rows:
+                bisect.insort(state.keys, w.key)
+            state.rows[w.key] = _Row(w.value_json, self._version, expires)
+            versions[w.key] = self._version
+        seqs = []
+        for a in appends:
+            state.seq += 1
+            state.log.append((state.seq, a.type, a.data_json, now_ms))
+            seqs.append(state.seq)
+        return TransactResult(versions, seqs, now_ms / 1000.0)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        now_ms = self._now_ms()
+        state = self._rooms.get(room) or _Room()
+        if after is None or after < prefix:
+            i = bisect.bisect_left(state.keys, prefix)
+        else:
+            i = bisect.bisect_right(state.keys, after)
+        out: list[Record] = []
+        last: str | None = None
+        while i < len(state.keys) and len(out) < limit:
+            key = state.keys[i]
+            if not key.startswith(prefix):
+                break
+            row = self._live(state, key, now_ms)
+            if row is not None:
+                out.append(self._record(key, row))
+            last = key
+            i += 1
+        more = i < len(state.keys) and state.keys[i].startswith(prefix)
+        return ScanPage(out, last if more else None, now_ms / 1000.0)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        state = self._rooms.get(room) or _Room()
+        if after + 1 < state.low:
+            raise CursorCompacted(room, after, state.low)
+        # log[i] holds seq = state.low + i
+        begin = max(0, after + 1 - state.low)
+        return [
+            Event(seq, kind, decode_json(data), ms / 1000.0)
+            for seq, kind, data, ms in state.log[begin : begin + limit]
+        ]
+
+    async def _trim_log(self, room: str, before: int) -> int:
+        state = self._room(room)
+        new_low = min(before, state.seq + 1)
+        if new_low > state.low:
+            del state.log[: new_low - state.low]
+            state.low = new_low
+        return state.low
+
+    async def _last_seq(self, room: str) -> int:
+        state = self._rooms.get(room)
+        return 0 if state is None else state.seq
+
+    async def _info(self) -> StoreInfo:
+        return StoreInfo(
+            backend=self.backend,
+            url=self.url,
+            durability="none: state lives in this process and is lost when it exits",
+            warnings=["memory:// keeps nothing: use it for tests, not for agents"],
+        )
+
+    async def _close(self) -> None:
+        return None

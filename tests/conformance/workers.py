@@ -1,0 +1,73 @@
+"""Worker functions run in child processes by the multi-process conformance tests.
+
+Each opens the store by URL (so it has its own connections), runs its loop and returns
+what was acknowledged, so the parent can check that every acknowledged write is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrooms.errors import VersionConflict
+from agentrooms.store import Absent, Append, Put, VersionIs, open_store
+
+
+def append_events(url: str, room: str, writer: int, count: int) -> list[tuple[int, int]]:
+    """Append ``count`` events one transact each; return (seq, i) per acknowledged one."""
+
+    async def run() -> list[tuple[int, int]]:
+        store = await open_store(url)
+        acked = []
+        try:
+            for i in range(count):
+                result = await store.transact(
+                    room, appends=[Append("tick", {"writer": writer, "i": i})]
+                )
+                acked.append((result.seqs[0], i))
+        finally:
+            await store.close()
+        return acked
+
+    return asyncio.run(run())
+
+
+def commit_own_key(url: str, room: str, writer: int, count: int) -> int:
+    """``count`` compare-and-set increments of this writer's own key, each with an event,
+    plus a contended increment of one shared counter every tenth commit (retried on
+    conflict). Returns how many shared increments were acknowledged."""
+
+    async def run() -> int:
+        store = await open_store(url)
+        shared_acked = 0
+        key = f"counter/{writer}"
+        try:
+            for i in range(count):
+                snap = await store.read(room, [key])
+                version = snap.version(key)
+                compares = [Absent(key)] if version is None else [VersionIs(key, version)]
+                await store.transact(
+                    room,
+                    compares=compares,
+                    writes=[Put(key, snap.value(key, 0) + 1)],
+                    appends=[Append("commit", {"writer": writer, "i": i})],
+                )
+                if i % 10 == 0:
+                    while True:
+                        snap = await store.read(room, ["shared"])
+                        v = snap.version("shared")
+                        try:
+                            await store.transact(
+                                room,
+                                compares=[Absent("shared")] if v is None else [VersionIs("shared", v)],
+                                writes=[Put("shared", snap.value("shared", 0) + 1)],
+                            )
+                        except VersionConflict:
+                            await asyncio.sleep(0.001)
+                            continue
+                        shared_acked += 1
+                        break
+        finally:
+            await store.close()
+        return shared_acked
+
+    return asyncio.run(run())

@@ -1,0 +1,141 @@
+"""Backends for the tests, each isolated to this test run.
+
+* memory: a fresh in-process store per test.
+* sqlite: a fresh file per test under pytest's tmp_path.
+* redis: the server at ``AGENTROOMS_TEST_REDIS_URL`` (default 127.0.0.1:6379/0) with a
+  key prefix unique to this run; the run's keys are deleted at the end.
+* postgres: a database created for this run on ``AGENTROOMS_TEST_POSTGRES_URL``
+  (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
+
+A backend whose service does not answer is skipped on a laptop, but with
+``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from agentrooms.store import Limits, Store, open_store
+
+BACKENDS = ("memory", "sqlite", "redis", "postgres")
+RUN_ID = uuid.uuid4().hex[:10]
+REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")
+REDIS_URL = os.environ.get("AGENTROOMS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get(
+    "AGENTROOMS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _answers(url: str, default_port: int) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 1):
+            return True
+    except OSError:
+        return False
+
+
+def unavailable(what: str) -> None:
+    """Skip locally, fail in CI, when a backend's service is not answering."""
+    message = f"{what} is not answering"
+    if REQUIRE:
+        pytest.fail(f"{message} and AGENTROOMS_REQUIRE_BACKENDS is set", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if not _answers(REDIS_URL, 6379):
+        unavailable(f"Redis at {REDIS_URL}")
+    prefix = f"artest-{RUN_ID}"
+    sep = "&" if "?" in REDIS_URL else "?"
+    yield f"{REDIS_URL}{sep}prefix={prefix}"
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    if not _answers(POSTGRES_URL, 5432):
+        unavailable(f"PostgreSQL at {POSTGRES_URL}")
+    import asyncio
+
+    import asyncpg
+
+    dbname = f"agentrooms_test_{RUN_ID}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{dbname}"'))
+    parts = urlsplit(POSTGRES_URL)
+    yield urlunsplit((parts.scheme, parts.netloc, f"/{dbname}", parts.query, ""))
+    asyncio.run(admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
+
+
+@dataclass
+class Backend:
+    """How a test reaches one backend: a URL (when other processes can share it) and an
+    opener that returns another handle on the *same* data."""
+
+    name: str
+    url: str
+    shared_across_processes: bool
+    _memory: Store | None = None
+
+    async def open(self, limits: Limits | None = None) -> Store:
+        if self.name == "memory":
+            if limits is not None:
+                return await open_store(self.url, limits=limits)
+            if self._memory is None:
+                self._memory = await open_store(self.url)
+            return self._memory
+        return await open_store(self.url, limits=limits)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    name: str = request.param
+    if name == "memory":
+        return Backend(name, "memory://", shared_across_processes=False)
+    if name == "sqlite":
+        return Backend(name, f"sqlite:///{tmp_path / 'store.db'}", shared_across_processes=True)
+    if name == "redis":
+        return Backend(name, request.getfixturevalue("redis_url"), True)
+    return Backend(name, request.getfixturevalue("postgres_url"), True)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    s = await backend.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+def room() -> str:
+    """A room name no other test uses (Redis and PostgreSQL are shared per run)."""
+    return f"room-{uuid.uuid4().hex[:12]}"
+
+
+OpenStore = Callable[[], Awaitable[Store]]
