@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""One entry point for people and CI, needing nothing but Python 3.11+.
+
+    python3 dev.py demo        open the embedded default store, write and read back
+    python3 dev.py test [ARGS] the whole test suite (extra ARGS go to pytest)
+    python3 dev.py check       ruff and mypy --strict
+    python3 dev.py bench [...] the benchmark scripts
+    python3 dev.py run CMD...  any command inside the project environment
+
+The first call creates ``.venv`` (with ``uv`` installed into it from PyPI when no ``uv``
+is on PATH) and installs the locked dependencies with ``uv sync --frozen``; later calls
+only re-sync, which is a no-op when nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+TOOLS = ROOT / ".tools"  # holds uv when it is not on PATH
+
+
+def _uv() -> str:
+    found = shutil.which("uv")
+    if found:
+        return found
+    uv = TOOLS / ("Scripts" if os.name == "nt" else "bin") / "uv"
+    if not uv.exists():
+        print("dev.py: installing uv into .tools/ (one time)", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True, clear=True).create(TOOLS)
+        pip = TOOLS / ("Scripts" if os.name == "nt" else "bin") / "pip"
+        subprocess.run([str(pip), "install", "--quiet", "uv>=0.5"], check=True)
+    return str(uv)
+
+
+def sync() -> None:
+    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV))
+    subprocess.run(
+        [_uv(), "sync", "--frozen", "--all-extras", "--quiet"], cwd=ROOT, env=env, check=True
+    )
+
+
+def run(*cmd: str) -> int:
+    env = dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(list(cmd), cwd=ROOT, env=env).returncode
+
+
+def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 11):
+        print("agentrooms needs Python 3.11 or newer", file=sys.stderr)
+        return 2
+    command, args = (argv[0], argv[1:]) if argv else ("help", [])
+    if command in ("help", "-h", "--help"):
+        print(__doc__)
+        return 0
+    sync()
+    py = str(BIN / "python")
+    if command == "demo":
+        return run(py, "-m", "agentrooms", "demo", *args)
+    if command == "test":
+        return run(py, "-m", "pytest", *args)
+    if command == "check":
+        return run(py, "-m", "ruff", "check", ".") or run(
+            py, "-m", "ruff", "format", "--check", "."
+        ) or run(py, "-m", "mypy")
+    if command == "bench":
+        return run(py, "benchmarks/run.py", *args)
+    if command == "run":
+        return run(*args)
+    print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,3 @@
+from agentrooms.cli import main
+
+main()

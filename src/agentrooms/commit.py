@@ -1,0 +1,453 @@
+"""The commit loop: read a snapshot, apply a pure transition, write conditionally.
+
+::
+
+    read snapshot ──> transition(view, event) ──> transact(compares on every version read)
+         ^                                                  │
+         │   VersionConflict: discard the candidate,        │
+         └── back off (jittered), re-read, recompute  <─────┘
+
+* Every key the transition read is compared in the write (``VersionIs`` or ``Absent``),
+  including keys read only to decide, so a decision computed from a read that has since
+  changed cannot commit (stale reads, seed 004).
+* A candidate is never resent after a conflict: the public API takes a transition, not a
+  candidate, and each attempt recomputes it from a fresh snapshot.
+* With a ``command_id`` the command's outcome is written in the *same* transact as the
+  change. A retry with the same id returns the recorded outcome and applies nothing; the
+  same id with another payload raises :class:`~agentrooms.errors.IdempotencyMismatch`.
+  Only then is a transport failure (outcome unknown) retried: the retry re-reads and
+  finds the outcome if the first attempt committed.
+* ``InvalidTransition`` and ``StaleFence`` are raised at once, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from agentrooms.errors import (
+    BadRequest,
+    ContentionExhausted,
+    IdempotencyMismatch,
+    InvalidTransition,
+    RateLimited,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
+from agentrooms.metrics import Metrics, default_metrics
+from agentrooms.retry import RetryPolicy
+from agentrooms.store.base import (
+    JSON,
+    Absent,
+    Append,
+    Compare,
+    Put,
+    Record,
+    Snapshot,
+    Store,
+    VersionIs,
+    Write,
+)
+
+__all__ = [
+    "COMMAND_PREFIX",
+    "Change",
+    "CommitResult",
+    "Intent",
+    "View",
+    "Where",
+    "apply_intent",
+    "commit",
+]
+
+E = TypeVar("E")
+
+COMMAND_PREFIX = "_ar/cmd/"
+"""Keys under this prefix hold recorded command outcomes (idempotency)."""
+
+DEFAULT_RETENTION = 24 * 3600.0
+
+
+class _Unread(Exception):
+    """The transition asked for a key outside the read set: re-read with it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+class View:
+    """What a transition sees: the snapshot's records, each access tracked.
+
+    Reading a key that was not in the declared read set is allowed: the loop re-reads
+    with that key added and runs the transition again (its versions are then compared
+    like all the others), so a transition never decides on an unversioned value.
+    """
+
+    __slots__ = ("_keys", "_snapshot")
+
+    def __init__(self, snapshot: Snapshot, keys: Iterable[str]) -> None:
+        self._snapshot = snapshot
+        self._keys = frozenset(keys)
+
+    @property
+    def now(self) -> float:
+        """The store's clock when the snapshot was read."""
+        return self._snapshot.now
+
+    def record(self, key: str) -> Record | None:
+        if key not in self._keys:
+            raise _Unread(key)
+        return self._snapshot.get(key)
+
+    def get(self, key: str, default: JSON = None) -> JSON:
+        record = self.record(key)
+        return default if record is None else record.value
+
+    def version(self, key: str) -> int | None:
+        record = self.record(key)
+        return None if record is None else record.version
+
+    def exists(self, key: str) -> bool:
+        return self.record(key) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A transition's candidate: what to write and append if the snapshot still holds.
+
+    ``requires`` adds compares beyond the automatic ones on every key read (for example
+    ``FenceAtMost`` on a task's lease); ``result`` is the command's outcome, returned to
+    the caller and, with a command id, recorded for retries.
+    """
+
+    writes: Sequence[Write] = ()
+    appends: Sequence[Append] = ()
+    requires: Sequence[Compare] = ()
+    result: JSON = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    result: JSON
+    versions: dict[str, int]
+    seqs: list[int]
+    attempts: int  # conditional writes sent
+    transitions: int  # times the transition ran
+    elapsed: float
+    replayed: bool = False  # the outcome was recorded by an earlier delivery of the command
+    requeued: bool = False  # contention exhausted and the command was handed back
+
+
+Transition = Callable[[View, E], Change]
+
+
+def command_key(command_id: str) -> str:
+    if not isinstance(command_id, str) or not command_id or len(command_id) > 200:
+        raise BadRequest("command_id must be a non-empty string of at most 200 characters")
+    return COMMAND_PREFIX + command_id
+
+
+def payload_digest(event: object) -> str:
+    try:
+        text = json.dumps(event, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"a command's event must be JSON-serialisable: {exc}") from exc
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class _Loop:
+    """One commit's mutable bookkeeping (kept out of the function for readability)."""
+
+    policy: RetryPolicy
+    rng: random.Random
+    clock: Callable[[], float]
+    started: float
+    attempts: int = 0
+    transitions: int = 0
+    delay: float = 0.0
+    last_keys: list[str] = field(default_factory=list)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def next_delay(self, at_least: float = 0.0) -> float | None:
+        """The wait before the next attempt, or None if the bounds are reached."""
+        if self.attempts >= self.policy.max_attempts:
+            return None
+        self.delay = max(at_least, self.policy.backoff.delay(self.attempts, self.delay, self.rng))
+        if self.elapsed() + self.delay > self.policy.budget:
+            return None
+        return self.delay
+
+
+async def commit(
+    store: Store,
+    room: str,
+    transition: Transition[E],
+    event: E,
+    *,
+    keys: Sequence[str] = (),
+    command_id: str | None = None,
+    policy: RetryPolicy | None = None,
+    retention: float = DEFAULT_RETENTION,
+    metrics: Metrics | None = None,
+    requeue: Callable[[E], Awaitable[None]] | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+) -> CommitResult:
+    """Apply ``transition`` to a snapshot of ``keys`` and commit its change atomically.
+
+    Returns a :class:`CommitResult`. Raises ``InvalidTransition`` (from the transition),
+    ``StaleFence``, ``IdempotencyMismatch``, ``ContentionExhausted`` when the policy's
+    attempts or budget run out (unless ``requeue`` is given: then the event is handed to
+    it and the result says ``requeued``), and ``StoreUnavailable`` when the outcome is
+    unknown and there is no ``command_id`` to retry safely.
+    """
+    m = metrics or default_metrics()
+    loop = _Loop(policy or RetryPolicy(), rng or random.Random(), clock, clock())
+    read_keys = list(dict.fromkeys(keys))
+    cmd_key = None if command_id is None else command_key(command_id)
+    digest = None if cmd_key is None else payload_digest(event)
+    outcome: Literal["ok", "error"] = "error"
+    try:
+        while True:
+            snap = await _read(store, room, read_keys, cmd_key, loop, m, sleep)
+            if cmd_key is not None and (done := snap.get(cmd_key)) is not None:
+                outcome = "ok"
+                return _replay(done, digest, loop)
+            view = View(snap, read_keys)
+            loop.transitions += 1
+            try:
+                change = transition(view, event)
+            except _Unread as need:
+                read_keys.append(need.key)
+                continue
+            except InvalidTransition:
+                m.count("invalid_transition")
+                raise
+            if not isinstance(change, Change):
+                raise TypeError(f"a transition must return a Change, not {type(change).__name__}")
+            compares, writes = _conditions(view, read_keys, change, cmd_key, digest, retention)
+            result = await _write(store, room, compares, writes, change, loop, m, sleep, cmd_key)
+            if result is not None:
+                outcome = "ok"
+                return result
+            delay = loop.next_delay()
+            if delay is None:
+                m.count("contention_exhausted")
+                if requeue is not None:
+                    await requeue(event)
+                    outcome = "ok"
+                    return CommitResult(
+                        None, {}, [], loop.attempts, loop.transitions, loop.elapsed(),
+                        requeued=True,
+                    )
+                raise ContentionExhausted(loop.attempts, loop.elapsed(), loop.last_keys)
+            await sleep(delay)
+    finally:
+        m.observe_commit(loop.attempts, loop.elapsed(), outcome)
+
+
+async def _read(
+    store: Store,
+    room: str,
+    read_keys: list[str],
+    cmd_key: str | None,
+    loop: _Loop,
+    m: Metrics,
+    sleep: Callable[[float], Awaitable[None]],
+) -> Snapshot:
+    """Read the snapshot; a failed read changed nothing, so it is always safe to retry."""
+    while True:
+        try:
+            return await store.read(room, read_keys if cmd_key is None else [*read_keys, cmd_key])
+        except StoreUnavailable:
+            m.count("transport_failure")
+            delay = loop.policy.backoff.delay(loop.attempts + 1, loop.delay, loop.rng)
+            if loop.elapsed() + delay > loop.policy.budget:
+                raise
+            await sleep(delay)
+
+
+def _conditions(
+    view: View,
+    read_keys: list[str],
+    change: Change,
+    cmd_key: str | None,
+    digest: str | None,
+    retention: float,
+) -> tuple[list[Compare], list[Write]]:
+    compares: list[Compare] = []
+    for key in read_keys:
+        version = view.version(key)
+        compares.append(Absent(key) if version is None else VersionIs(key, version))
+    compares.extend(change.requires)
+    writes = list(change.writes)
+    if cmd_key is not None:
+        compares.append(Absent(cmd_key))
+        writes.append(Put(cmd_key, {"digest": digest, "result": change.result}, ttl=retention))
+    return compares, writes
+
+
+async def _write(
+    store: Store,
+    room: str,
+    compares: list[Compare],
+    writes: list[Write],
+    change: Change,
+    loop: _Loop,
+    m: Metrics,
+    sleep: Callable[[float], Awaitable[None]],
+    cmd_key: str | None,
+) -> CommitResult | None:
+    """Send the candidate once (again only after RateLimited, which means it was not
+    applied). Returns None when the candidate must be discarded and recomputed."""
+    while True:
+        loop.attempts += 1
+        try:
+            done = await store.transact(room, compares, writes, change.appends)
+        except VersionConflict as exc:
+            m.conflict(exc.conflicts)
+            loop.last_keys = sorted(exc.conflicts)
+            return None
+        except StaleFence:
+            m.count("stale_fence")
+            raise
+        except RateLimited as exc:
+            m.count("rate_limited")
+            delay = loop.next_delay(at_least=exc.retry_after)
+            if delay is None:
+                raise
+            await sleep(delay)
+            continue
+        except StoreUnavailable:
+            m.count("transport_failure")
+            if cmd_key is None:
+                raise  # the outcome is unknown and nothing can tell us: the caller decides
+            return None  # re-read: the recorded outcome tells whether it committed
+        return CommitResult(
+            change.result, done.versions, done.seqs, loop.attempts, loop.transitions,
+            loop.elapsed(),
+        )
+
+
+def _replay(record: Record, digest: str | None, loop: _Loop) -> CommitResult:
+    stored = record.value if isinstance(record.value, dict) else {}
+    if stored.get("digest") != digest:
+        raise IdempotencyMismatch(
+            f"command {record.key[len(COMMAND_PREFIX):]!r} was already applied "
+            "with a different payload"
+        )
+    return CommitResult(
+        stored.get("result"), {}, [], loop.attempts, loop.transitions, loop.elapsed(),
+        replayed=True,
+    )
+
+
+# ------------------------------------------------------------------ conditional intents
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": lambda a, b: bool(a == b),
+    "!=": lambda a, b: bool(a != b),
+    "<": lambda a, b: bool(a < b),
+    "<=": lambda a, b: bool(a <= b),
+    ">": lambda a, b: bool(a > b),
+    ">=": lambda a, b: bool(a >= b),
+    "in": lambda a, b: bool(a in b),
+}
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A predicate over one record: ``Where("task/tax", "status", "==", "done")``.
+
+    ``path`` is a dotted path into the value (``None``: the whole value). ``op`` is one
+    of ``== != < <= > >= in`` or ``exists`` / ``absent`` (the record, or the field when
+    a path is given). Plain data, so intents can be queued and sent over the wire.
+    """
+
+    key: str
+    path: str | None = None
+    op: str = "exists"
+    value: JSON = None
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS and self.op not in ("exists", "absent"):
+            raise BadRequest(f"unknown predicate operator {self.op!r}")
+
+    def holds(self, view: View) -> bool:
+        found: Any = _MISSING if not view.exists(self.key) else view.get(self.key)
+        for part in (self.path.split(".") if self.path else []):
+            found = found.get(part, _MISSING) if isinstance(found, dict) else _MISSING
+        if self.op in ("exists", "absent"):
+            return (found is not _MISSING) == (self.op == "exists")
+        if found is _MISSING:
+            return False
+        try:
+            return _OPS[self.op](found, self.value)
+        except TypeError:
+            return False
+
+    def __str__(self) -> str:
+        target = self.key + (f".{self.path}" if self.path else "")
+        tail = "" if self.op in ("exists", "absent") else f" {self.value!r}"
+        return f"{target} {self.op}{tail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """Writes and appends that apply only while every predicate holds, checked
+    atomically with the write (the versions of the predicate records are compared)."""
+
+    when: Sequence[Where]
+    writes: Sequence[Write] = ()
+    appends: Sequence[Append] = ()
+
+
+def _intent_transition(view: View, intent: Intent) -> Change:
+    failed = [str(p) for p in intent.when if not p.holds(view)]
+    if failed:
+        raise InvalidTransition(f"precondition failed: {', '.join(failed)}")
+    return Change(writes=intent.writes, appends=intent.appends, result=None)
+
+
+async def apply_intent(
+    store: Store, room: str, intent: Intent, *, command_id: str | None = None, **options: Any
+) -> CommitResult:
+    """Commit ``intent`` if its predicates hold at the moment of the write.
+
+    Raises ``InvalidTransition`` naming the predicates that do not hold.
+    """
+    keys = list(dict.fromkeys(p.key for p in intent.when))
+    event = None if command_id is None else _intent_payload(intent)
+    return await commit(
+        store,
+        room,
+        lambda view, _: _intent_transition(view, intent),
+        event,
+        keys=keys,
+        command_id=command_id,
+        **options,
+    )
+
+
+def _intent_payload(intent: Intent) -> JSON:
+    """A JSON form of the intent, so a reused command id with another intent is caught."""
+    return {
+        "when": [[p.key, p.path, p.op, p.value] for p in intent.when],
+        "writes": [
+            [w.key, getattr(w, "value", None), getattr(w, "ttl", None), type(w).__name__]
+            for w in intent.writes
+        ],
+        "appends": [[a.type, a.data] for a in intent.appends],
+    }

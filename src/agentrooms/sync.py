@@ -1,0 +1,115 @@
+"""The synchronous facade: the async core, driven from blocking code.
+
+It is derived mechanically, never written twice: each blocking method or function is
+``_blocking(async_twin)``, which runs the coroutine on an event loop that the facade owns
+in a background thread. A test checks that every public coroutine of :class:`Store`
+has its blocking twin here, so the two cannot drift.
+
+    with SyncStore.open("sqlite:///agentrooms.db") as store:
+        store.transact("room", writes=[Put("doc", {"v": 1})])
+        commit(store, "room", transition, event, keys=["doc"])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+
+from agentrooms import commit as _commit
+from agentrooms.store import Limits, Store, open_store
+
+__all__ = ["SyncStore", "apply_intent", "commit"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Portal:
+    """An event loop running in a daemon thread; ``run`` blocks until a coroutine ends."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="agentrooms-sync", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, R]) -> R:
+        if self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("this SyncStore is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+            self.loop.close()
+
+
+def _blocking(
+    fn: Callable[Concatenate[Store, P], Awaitable[R]],
+) -> Callable[Concatenate[SyncStore, P], R]:
+    """The blocking twin of an async function or method whose first argument is a Store."""
+
+    @functools.wraps(fn)
+    def call(store: SyncStore, *args: P.args, **kwargs: P.kwargs) -> R:
+        async def run() -> R:
+            return await fn(store.inner, *args, **kwargs)
+
+        return store.portal.run(run())
+
+    return call
+
+
+class SyncStore:
+    """A :class:`~agentrooms.store.Store` for blocking code. Thread-safe."""
+
+    def __init__(self, inner: Store, portal: _Portal) -> None:
+        self.inner, self.portal = inner, portal
+
+    @classmethod
+    def open(cls, url: str, *, limits: Limits | None = None) -> Self:
+        portal = _Portal()
+        try:
+            return cls(portal.run(open_store(url, limits=limits)), portal)
+        except BaseException:
+            portal.stop()
+            raise
+
+    read = _blocking(Store.read)
+    transact = _blocking(Store.transact)
+    scan = _blocking(Store.scan)
+    read_log = _blocking(Store.read_log)
+    trim_log = _blocking(Store.trim_log)
+    last_seq = _blocking(Store.last_seq)
+    info = _blocking(Store.info)
+    _close = _blocking(Store.close)
+
+    @property
+    def backend(self) -> str:
+        return self.inner.backend
+
+    def close(self) -> None:
+        if not self.portal.loop.is_closed():
+            self._close()
+            self.portal.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+commit = _blocking(_commit.commit)
+apply_intent = _blocking(_commit.apply_intent)

@@ -1,0 +1,304 @@
+"""The commit loop (DESIGN.md §3) on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agentrooms.commit import COMMAND_PREFIX, Change, Intent, View, Where, apply_intent, commit
+from agentrooms.errors import (
+    ContentionExhausted,
+    IdempotencyMismatch,
+    InvalidTransition,
+    StaleFence,
+    StoreUnavailable,
+)
+from agentrooms.metrics import Metrics
+from agentrooms.retry import FullJitter, NoBackoff, RetryPolicy
+from agentrooms.store import Append, Compare, FenceAtMost, Put, Store, TransactResult, VersionIs
+from tests.conftest import Backend
+from tests.helpers import Interposed
+
+FAST = RetryPolicy(max_attempts=50, budget=30.0, backoff=FullJitter(base=0.001, cap=0.02))
+
+
+def increment(view: View, by: int) -> Change:
+    value = view.get("counter", 0) + by
+    return Change(writes=[Put("counter", value)], appends=[Append("incremented", by)], result=value)
+
+
+async def test_concurrent_agents_lose_no_update(backend: Backend, room: str) -> None:
+    stores = [await backend.open() for _ in range(8)]
+    metrics = Metrics(CollectorRegistry())
+
+    async def agent(s: Store) -> list[int]:
+        return [
+            (await commit(s, room, increment, 1, keys=["counter"], policy=FAST, metrics=metrics))
+            .result
+            for _ in range(5)
+        ]
+
+    results = await asyncio.gather(*(agent(s) for s in stores))
+    seen = sorted(r for rs in results for r in rs)
+    assert seen == list(range(1, 41))  # every increment saw a distinct state
+    snap = await stores[0].read(room, ["counter"])
+    assert snap.value("counter") == 40
+    assert len(await stores[0].read_log(room, 0, 100)) == 40
+    assert metrics.snapshot()["commits"]["ok"] == 40
+    for s in set(stores):
+        await s.close()
+
+
+async def test_conflict_discards_and_recomputes_from_a_fresh_snapshot(
+    store: Store, room: str
+) -> None:
+    """Order: conflict -> discard -> delay -> re-read -> recompute -> conditional write."""
+    await store.transact(room, writes=[Put("counter", 0)])
+    seen_by_transition: list[int | None] = []
+
+    async def interfere(n: int, compares: list[Compare]) -> None:
+        if n <= 2:  # another agent commits between our read and our write, twice
+            await store.transact(room, writes=[Put("counter", 100 * n)])
+
+    wrapped = Interposed(store, before=interfere)
+
+    def transition(view: View, by: int) -> Change:
+        seen_by_transition.append(view.version("counter"))
+        return increment(view, by)
+
+    delays: list[float] = []
+
+    async def fake_sleep(d: float) -> None:
+        delays.append(d)
+
+    result = await commit(
+        wrapped, room, transition, 1, keys=["counter"], policy=FAST, sleep=fake_sleep
+    )
+    assert result.attempts == 3 and result.transitions == 3
+    assert result.result == 201  # computed from the value the second interferer wrote
+    assert len(delays) == 2  # one back-off per conflict, before the re-read
+    # each attempt compared exactly the version its own transition saw: nothing stale resent
+    sent_versions = [[c.version for c in cs if isinstance(c, VersionIs)] for cs in wrapped.sent]
+    assert sent_versions == [[v] for v in seen_by_transition]
+    assert len(set(seen_by_transition)) == 3
+    assert (await store.read(room, ["counter"])).value("counter") == 201
+
+
+async def test_invalid_transition_is_raised_at_once(store: Store, room: str) -> None:
+    calls = 0
+
+    def refuse(view: View, event: str) -> Change:
+        nonlocal calls
+        calls += 1
+        raise InvalidTransition(f"cannot {event} a closed task")
+
+    wrapped = Interposed(store)
+    with pytest.raises(InvalidTransition):
+        await commit(wrapped, room, refuse, "claim", keys=["task"])
+    assert calls == 1 and wrapped.calls == 0
+
+
+async def test_contention_exhausted_by_attempts(store: Store, room: str) -> None:
+    async def always_interfere(n: int, compares: list[Compare]) -> None:
+        await store.transact(room, writes=[Put("counter", n)])
+
+    wrapped = Interposed(store, before=always_interfere)
+    policy = RetryPolicy(max_attempts=3, budget=30, backoff=NoBackoff())
+    with pytest.raises(ContentionExhausted) as info:
+        await commit(wrapped, room, increment, 1, keys=["counter"], policy=policy)
+    assert info.value.attempts == 3 and info.value.keys == ["counter"]
+    assert wrapped.calls == 3
+
+
+async def test_contention_exhausted_by_budget_and_requeue(store: Store, room: str) -> None:
+    async def always_interfere(n: int, compares: list[Compare]) -> None:
+        await store.transact(room, writes=[Put("counter", n)])
+
+    now = [0.0]
+
+    async def fake_sleep(d: float) -> None:
+        now[0] += d
+
+    policy = RetryPolicy(max_attempts=1000, budget=1.0, backoff=FullJitter(base=0.1, cap=0.4))
+    wrapped = Interposed(store, before=always_interfere)
+    with pytest.raises(ContentionExhausted) as info:
+        await commit(
+            wrapped, room, increment, 1, keys=["counter"], policy=policy,
+            sleep=fake_sleep, clock=lambda: now[0], rng=random.Random(7),
+        )
+    assert info.value.elapsed <= 1.0
+    assert 2 <= info.value.attempts < 1000
+
+    queue: list[int] = []
+
+    async def requeue(event: int) -> None:
+        queue.append(event)
+
+    now[0] = 0.0
+    result = await commit(
+        wrapped, room, increment, 5, keys=["counter"], policy=policy, requeue=requeue,
+        sleep=fake_sleep, clock=lambda: now[0],
+    )
+    assert result.requeued and queue == [5]
+
+
+async def test_reading_an_undeclared_key_adds_it_to_the_compares(store: Store, room: str) -> None:
+    await store.transact(room, writes=[Put("dep", "done")])
+    wrapped = Interposed(store)
+
+    def needs_dep(view: View, _: None) -> Change:
+        return Change(writes=[Put("out", view.get("dep"))])
+
+    result = await commit(wrapped, room, needs_dep, None)
+    assert result.transitions == 2 and result.attempts == 1
+    assert [type(c).__name__ for c in wrapped.sent[0]] == ["VersionIs"]
+
+
+async def test_stale_fence_is_not_retried(store: Store, room: str) -> None:
+    await store.transact(room, writes=[Put("task", {"fence": 9})])
+    wrapped = Interposed(store)
+
+    def late(view: View, fence: int) -> Change:
+        return Change(writes=[Put("result", "late")], requires=[FenceAtMost("task", fence)])
+
+    with pytest.raises(StaleFence):
+        await commit(wrapped, room, late, 8)
+    assert wrapped.calls == 1
+
+
+# ---------------------------------------------------------------------- idempotency
+
+
+async def test_lost_response_retry_applies_nothing_twice(store: Store, room: str) -> None:
+    async def lose_first_response(n: int, result: TransactResult) -> None:
+        if n == 1:
+            raise StoreUnavailable("connection reset after commit")
+
+    wrapped = Interposed(store, after=lose_first_response)
+    result = await commit(
+        wrapped, room, increment, 1, keys=["counter"], command_id="cmd-1", policy=FAST
+    )
+    assert result.replayed and result.result == 1
+    assert wrapped.calls == 1  # the retry re-read and found the outcome; nothing re-sent
+    assert (await store.read(room, ["counter"])).value("counter") == 1
+    assert [e.data for e in await store.read_log(room)] == [1]
+    again = await commit(store, room, increment, 1, keys=["counter"], command_id="cmd-1")
+    assert again.replayed and again.result == 1
+
+
+async def test_lost_response_without_command_id_is_reported(store: Store, room: str) -> None:
+    async def lose(n: int, result: TransactResult) -> None:
+        raise StoreUnavailable("connection reset after commit")
+
+    with pytest.raises(StoreUnavailable):
+        await commit(Interposed(store, after=lose), room, increment, 1, keys=["counter"])
+
+
+async def test_concurrent_senders_of_one_command_apply_it_once(
+    backend: Backend, room: str
+) -> None:
+    stores = [await backend.open() for _ in range(8)]
+    barrier = asyncio.Barrier(8)
+
+    async def send(s: Store) -> object:
+        await barrier.wait()
+        r = await commit(s, room, increment, 7, keys=["counter"], command_id="once", policy=FAST)
+        return r.result
+
+    outcomes = await asyncio.gather(*(send(s) for s in stores))
+    assert outcomes == [7] * 8
+    assert (await stores[0].read(room, ["counter"])).value("counter") == 7
+    assert [e.data for e in await stores[0].read_log(room)] == [7]
+    for s in set(stores):
+        await s.close()
+
+
+async def test_same_id_with_another_payload_is_rejected(store: Store, room: str) -> None:
+    await commit(store, room, increment, 1, keys=["counter"], command_id="c")
+    with pytest.raises(IdempotencyMismatch):
+        await commit(store, room, increment, 2, keys=["counter"], command_id="c")
+    assert (await store.read(room, ["counter"])).value("counter") == 1
+
+
+async def test_outcome_record_expires_after_retention(store: Store, room: str) -> None:
+    await commit(store, room, increment, 1, keys=["counter"], command_id="short", retention=60)
+    page = await store.scan(room, COMMAND_PREFIX)
+    assert [r.key for r in page.records] == [COMMAND_PREFIX + "short"]
+    record = page.records[0]
+    assert record.expires_at is not None
+    assert 55 <= record.expires_at - page.now <= 61
+
+
+# ---------------------------------------------------------------- conditional intents
+
+
+async def test_conditional_intent_applies_only_while_predicates_hold(
+    store: Store, room: str
+) -> None:
+    await store.transact(room, writes=[Put("task/tax", {"status": "done"})])
+    intent = Intent(
+        when=[Where("task/tax", "status", "==", "done")],
+        writes=[Put("report", {"uri": "s3://tax.md"})],
+    )
+    await apply_intent(store, room, intent)
+    assert (await store.read(room, ["report"])).value("report") == {"uri": "s3://tax.md"}
+
+
+async def test_conditional_intent_decided_on_a_stale_read_cannot_commit(
+    store: Store, room: str
+) -> None:
+    """The task is reopened after the intent read it and before it writes."""
+    await store.transact(room, writes=[Put("task/tax", {"status": "done"})])
+
+    async def reopen(n: int, compares: list[Compare]) -> None:
+        if n == 1:
+            await store.transact(room, writes=[Put("task/tax", {"status": "ready"})])
+
+    intent = Intent([Where("task/tax", "status", "==", "done")], [Put("report", "stale")])
+    with pytest.raises(InvalidTransition, match=r"task/tax\.status == 'done'"):
+        await apply_intent(Interposed(store, before=reopen), room, intent, policy=FAST)
+    assert (await store.read(room, ["report"])).get("report") is None
+
+
+async def test_where_operators(store: Store, room: str) -> None:
+    await store.transact(room, writes=[Put("t", {"n": 3, "tags": ["a"], "sub": {"x": 1}})])
+    snap = await store.read(room, ["t", "missing"])
+    view = View(snap, ["t", "missing"])
+    holds = [
+        (Where("t", "n", ">=", 3), True),
+        (Where("t", "n", "<", 3), False),
+        (Where("t", "sub.x", "==", 1), True),
+        (Where("t", "sub.y", "absent"), True),
+        (Where("t", "n", "in", [1, 2, 3]), True),
+        (Where("t", "n", "==", "3"), False),
+        (Where("t", "tags", "<", 5), False),  # incomparable types never hold
+        (Where("missing"), False),
+        (Where("missing", op="absent"), True),
+    ]
+    assert [(str(w), w.holds(view)) for w, _ in holds] == [(str(w), v) for w, v in holds]
+
+
+async def test_metrics_count_conflicts_by_prefix(store: Store, room: str) -> None:
+    metrics = Metrics(CollectorRegistry())
+
+    async def interfere(n: int, compares: list[Compare]) -> None:
+        if n == 1:
+            await store.transact(room, writes=[Put("doc/a", n)])
+
+    def write(view: View, _: None) -> Change:
+        return Change(writes=[Put("doc/a", (view.get("doc/a") or 0) + 1)])
+
+    await commit(
+        Interposed(store, before=interfere), room, write, None, keys=["doc/a"],
+        policy=FAST, metrics=metrics,
+    )
+    snap = metrics.snapshot()
+    assert snap["errors"]["conflict"] == 1
+    assert snap["conflicts_by_prefix"] == {"doc/": 1}
+    assert snap["attempts_max"] == 2
+    assert metrics.registry.get_sample_value(
+        "agentrooms_errors_total", {"kind": "conflict"}
+    ) == 1.0
