@@ -4,7 +4,7 @@
     python3 dev.py demo        open the embedded default store, write and read back
     python3 dev.py test [ARGS] the whole test suite (extra ARGS go to pytest)
     python3 dev.py check       ruff and mypy --strict
-    python3 dev.py bench [...] the benchmark scripts
+    python3 dev.py bench NAME  benchmarks/bench_NAME.py (extra ARGS go to it)
     python3 dev.py run CMD...  any command inside the project environment
 
 The first call creates ``.venv`` (with ``uv`` installed into it from PyPI when no ``uv``
@@ -71,7 +71,10 @@ def main(argv: list[str]) -> int:
             py, "-m", "ruff", "format", "--check", "."
         ) or run(py, "-m", "mypy")
     if command == "bench":
-        return run(py, "benchmarks/run.py", *args)
+        if not args:
+            print("usage: python3 dev.py bench NAME [ARGS]", file=sys.stderr)
+            return 2
+        return run(py, f"benchmarks/bench_{args[0]}.py", *args[1:])
     if command == "run":
         return run(*args)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)

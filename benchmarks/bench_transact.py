@@ -1,0 +1,269 @@
+"""Single-record transact on independent keys: agentrooms vs the raw client, side by side.
+
+8 concurrent writers, each doing compare-and-set on its own key back to back (closed
+loop). The raw arm does the same compare-and-set with the bare driver:
+
+* redis:    redis-py (hiredis) running a small CAS Lua script (EVALSHA)
+* postgres: asyncpg ``UPDATE ... SET version = version + 1 WHERE key = $ AND version = $``
+* sqlite:   sqlite3, one connection per writer thread, BEGIN IMMEDIATE / UPDATE / COMMIT,
+            WAL with synchronous=FULL (our default)
+
+Arms alternate (ours, raw, ours, raw, ...) so drift on a shared machine hits both; the
+ratio is the median over paired repetitions.
+
+    python3 dev.py bench transact [--duration 3] [--rounds 3] [--backends sqlite,redis,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from common import (
+    POSTGRES_ADMIN_URL,
+    REDIS_URL,
+    Arm,
+    closed_loop,
+    machine,
+    median_arm,
+    ms,
+    ratio_stats,
+    spread,
+    unique,
+)
+
+from agentrooms.store import Put, VersionIs, open_store
+
+WRITERS = 8
+PAYLOAD = {"n": 0, "pad": "x" * 100}
+
+Op = Callable[[], Awaitable[None]]
+
+
+async def ours_arm(url: str, duration: float) -> Arm:
+    store = await open_store(url)
+    room = unique("bench")
+    try:
+
+        async def make(w: int) -> Op:
+            key = f"k{w}"
+            version = (await store.transact(room, writes=[Put(key, PAYLOAD)])).versions[key]
+
+            async def op() -> None:
+                nonlocal version
+                result = await store.transact(room, [VersionIs(key, version)], [Put(key, PAYLOAD)])
+                version = result.versions[key]
+
+            return op
+
+        return await closed_loop("agentrooms", WRITERS, duration, make)
+    finally:
+        await store.close()
+
+
+# ------------------------------------------------------------------------------ raw
+
+REDIS_CAS = """
+local v = redis.call('HGET', KEYS[1], 'ver')
+if v ~= ARGV[1] then return -1 end
+local n = redis.call('HINCRBY', KEYS[1], 'ver', 1)
+redis.call('HSET', KEYS[1], 'val', ARGV[2])
+return n
+"""
+
+
+async def raw_redis(duration: float) -> Arm:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    cas = client.register_script(REDIS_CAS)
+    prefix = unique("rawbench")
+    text = json.dumps(PAYLOAD)
+    try:
+
+        async def make(w: int) -> Op:
+            key = f"{prefix}:k{w}"
+            await client.hset(key, mapping={"ver": 1, "val": text})
+            version = 1
+
+            async def op() -> None:
+                nonlocal version
+                new = await cas(keys=[key], args=[version, text])
+                assert new != -1
+                version = int(new)
+
+            return op
+
+        return await closed_loop("raw redis-py Lua CAS", WRITERS, duration, make)
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+async def raw_postgres(url: str, duration: float) -> Arm:
+    import asyncpg
+
+    pool = await asyncpg.create_pool(url, min_size=WRITERS, max_size=WRITERS)
+    text = json.dumps(PAYLOAD)
+    table = unique("rawbench").replace("-", "_")
+    try:
+        await pool.execute(
+            f"CREATE TABLE {table} (key text PRIMARY KEY, value text NOT NULL, version bigint NOT NULL)"
+        )
+
+        async def make(w: int) -> Op:
+            key = f"k{w}"
+            await pool.execute(f"INSERT INTO {table} VALUES ($1, $2, 1)", key, text)
+            version = 1
+            sql = f"UPDATE {table} SET value = $1, version = version + 1 WHERE key = $2 AND version = $3 RETURNING version"
+
+            async def op() -> None:
+                nonlocal version
+                new = await pool.fetchval(sql, text, key, version)
+                assert new is not None
+                version = new
+
+            return op
+
+        return await closed_loop("raw asyncpg UPDATE", WRITERS, duration, make)
+    finally:
+        await pool.execute(f"DROP TABLE IF EXISTS {table}")
+        await pool.close()
+
+
+def raw_sqlite(path: Path, duration: float) -> Arm:
+    text = json.dumps(PAYLOAD)
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE IF NOT EXISTS t (key TEXT PRIMARY KEY, value TEXT, version INTEGER)")
+    setup.executemany(
+        "INSERT OR REPLACE INTO t VALUES (?, ?, 1)", [(f"k{w}", text) for w in range(WRITERS)]
+    )
+    setup.close()
+    arm = Arm("raw sqlite3 UPDATE")
+    lock = threading.Lock()
+    stop = time.perf_counter() + duration
+
+    def worker(w: int) -> None:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        key, version, mine = f"k{w}", 1, []
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            cur = conn.execute(
+                "UPDATE t SET value = ?, version = version + 1 WHERE key = ? AND version = ?",
+                (text, key, version),
+            )
+            assert cur.rowcount == 1
+            conn.execute("COMMIT")
+            version += 1
+            mine.append(time.perf_counter() - t0)
+        conn.close()
+        with lock:
+            arm.latencies.extend(mine)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(WRITERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    arm.elapsed = time.perf_counter() - t0
+    return arm
+
+
+# ------------------------------------------------------------------------- backends
+
+
+@asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    import asyncpg
+
+    name = unique("agentrooms_bench").replace("-", "_")
+    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(POSTGRES_ADMIN_URL)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def drop_redis_prefix(prefix: str) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+async def run_backend(name: str, duration: float, rounds: int) -> tuple[list[Arm], list[Arm]]:
+    ours: list[Arm] = []
+    raw: list[Arm] = []
+    if name == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{Path(tmp) / 'ours.db'}"
+            for _ in range(rounds):
+                ours.append(await ours_arm(url, duration))
+                raw.append(await asyncio.to_thread(raw_sqlite, Path(tmp) / "raw.db", duration))
+    elif name == "redis":
+        prefix = unique("arbench")
+        try:
+            for _ in range(rounds):
+                ours.append(await ours_arm(f"{REDIS_URL}?prefix={prefix}", duration))
+                raw.append(await raw_redis(duration))
+        finally:
+            await drop_redis_prefix(prefix)
+    elif name == "postgres":
+        async with postgres_database() as url:
+            for _ in range(rounds):
+                ours.append(await ours_arm(url, duration))
+                raw.append(await raw_postgres(url, duration))
+    else:
+        raise SystemExit(f"unknown backend {name}")
+    return ours, raw
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", default="sqlite,redis,postgres")
+    args = parser.parse_args()
+    print(f"# transact vs raw client, {WRITERS} writers on independent keys")
+    print(f"\n{machine()}; {args.rounds} rounds x {args.duration}s per arm, alternating\n")
+    print("| backend | arm | commits/s (median) | range | p50 ms | p99 ms | ours/raw |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name in args.backends.split(","):
+        all_ours, all_raw = await run_backend(name, args.duration, args.rounds)
+        ours, raw = median_arm(all_ours), median_arm(all_raw)
+        pairs = [(o.rate, r.rate) for o, r in zip(all_ours, all_raw, strict=True)]
+        med, lo, hi = ratio_stats(pairs)
+        print(
+            f"| {name} | {ours.name} | {ours.rate:,.0f} | {spread(all_ours)} | "
+            f"{ms(ours.pct(0.5))} | {ms(ours.pct(0.99))} | **{med:.0%}** ({lo:.0%}–{hi:.0%}) |"
+        )
+        print(
+            f"| {name} | {raw.name} | {raw.rate:,.0f} | {spread(all_raw)} | "
+            f"{ms(raw.pct(0.5))} | {ms(raw.pct(0.99))} | |"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

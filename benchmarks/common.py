@@ -1,0 +1,94 @@
+"""Shared pieces of the benchmark scripts: closed-loop runs, percentiles, tables."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+REDIS_URL = os.environ.get("AGENTROOMS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_ADMIN_URL = os.environ.get(
+    "AGENTROOMS_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@dataclass
+class Arm:
+    """One measured run: latencies of successful operations, plus failures."""
+
+    name: str
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    elapsed: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+    def pct(self, q: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def closed_loop(
+    name: str,
+    workers: int,
+    duration: float,
+    make_op: Callable[[int], Awaitable[Callable[[], Awaitable[None]]]],
+) -> Arm:
+    """Run ``workers`` loops for ``duration`` seconds; each calls its op back to back."""
+    ops = [await make_op(w) for w in range(workers)]
+    arm = Arm(name)
+    stop = time.perf_counter() + duration
+
+    async def loop(op: Callable[[], Awaitable[None]]) -> None:
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            await op()
+            arm.latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(op) for op in ops))
+    arm.elapsed = time.perf_counter() - t0
+    return arm
+
+
+def median_arm(arms: list[Arm]) -> Arm:
+    """The repetition with the median rate (ranges are reported beside it)."""
+    ordered = sorted(arms, key=lambda a: a.rate)
+    return ordered[len(ordered) // 2]
+
+
+def spread(arms: list[Arm]) -> str:
+    rates = [a.rate for a in arms]
+    return f"{min(rates):,.0f}–{max(rates):,.0f}"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), "
+        f"Python {platform.python_version()}"
+    )
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def ratio_stats(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Median, min and max of ours/raw over paired repetitions."""
+    ratios = [a / b for a, b in pairs if b]
+    return statistics.median(ratios), min(ratios), max(ratios)
