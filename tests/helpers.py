@@ -7,8 +7,7 @@ from collections.abc import Awaitable, Callable
 from agentrooms.store.base import (
     Compare,
     Event,
-    PreparedAppend,
-    PreparedWrite,
+    Prepared,
     ScanPage,
     Snapshot,
     Store,
@@ -40,18 +39,12 @@ class Interposed(Store):
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         return await self.inner._read(room, keys)
 
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         self.calls += 1
-        self.sent.append(list(compares))
+        self.sent.append(list(ops.compares))
         if self.before is not None:
-            await self.before(self.calls, compares)
-        result = await self.inner._transact(room, compares, writes, appends)
+            await self.before(self.calls, ops.compares)
+        result = await self.inner._transact(room, ops)
         if self.after is not None:
             await self.after(self.calls, result)
         return result
@@ -67,6 +60,18 @@ class Interposed(Store):
 
     async def _last_seq(self, room: str) -> int:
         return await self.inner._last_seq(room)
+
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        return await self.inner._set_pick(room, name, count)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        return await self.inner._set_size(room, name)
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        return await self.inner._watch(room, after, timeout)
+
+    async def _delete_room(self, room: str) -> None:
+        await self.inner._delete_room(room)
 
     async def _info(self) -> StoreInfo:
         return await self.inner._info()

@@ -71,3 +71,17 @@ def commit_own_key(url: str, room: str, writer: int, count: int) -> int:
         return shared_acked
 
     return asyncio.run(run())
+
+
+def append_after(url: str, room: str, delay: float) -> int:
+    """Sleep ``delay`` seconds, append one event, return its sequence number."""
+
+    async def run() -> int:
+        store = await open_store(url)
+        try:
+            await asyncio.sleep(delay)
+            return (await store.transact(room, appends=[Append("wake")])).seqs[0]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())

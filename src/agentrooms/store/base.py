@@ -163,7 +163,25 @@ class Delete:
     key: str
 
 
-Write: TypeAlias = Put | Delete
+@dataclass(frozen=True, slots=True)
+class SetAdd:
+    """Add ``member`` to the room's set ``name`` (no-op if present). Sets are
+    commutative indexes (e.g. a plan's ready tasks): they carry no version and take no
+    part in compares, so concurrent adds and removes never conflict."""
+
+    name: str
+    member: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetRemove:
+    """Remove ``member`` from the room's set ``name`` (no-op if absent)."""
+
+    name: str
+    member: str
+
+
+Write: TypeAlias = Put | Delete | SetAdd | SetRemove
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +202,13 @@ class PreparedWrite:
     key: str
     value_json: str | None
     ttl_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSetOp:
+    name: str
+    member: str
+    add: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +318,22 @@ def ttl_to_ms(ttl: object) -> int | None:
     return max(1, math.ceil(ttl * 1000))
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One transact's operations, validated and encoded."""
+
+    compares: list[Compare]
+    writes: list[PreparedWrite]
+    appends: list[PreparedAppend]
+    set_ops: list[PreparedSetOp]
+
+
 def prepare_transact(
     compares: Iterable[Compare],
     writes: Iterable[Write],
     appends: Iterable[Append],
     limits: Limits,
-) -> tuple[list[Compare], list[PreparedWrite], list[PreparedAppend]]:
+) -> Prepared:
     """Validate and encode one transact's operations (raising before any IO)."""
     cmp_list, write_list, append_list = list(compares), list(writes), list(appends)
     if len(cmp_list) + len(write_list) + len(append_list) > limits.max_ops:
@@ -312,8 +347,14 @@ def prepare_transact(
         elif isinstance(c, FenceAtMost):
             check_int(c.fence, "fence", 0)
     prepared: list[PreparedWrite] = []
+    set_ops: list[PreparedSetOp] = []
     seen: set[str] = set()
     for w in write_list:
+        if isinstance(w, SetAdd | SetRemove):
+            name = check_key(w.name, limits)
+            member = _check_name(w.member, "set member", limits.max_key_bytes)
+            set_ops.append(PreparedSetOp(name, member, isinstance(w, SetAdd)))
+            continue
         if not isinstance(w, Put | Delete):
             raise BadRequest(f"not a write: {w!r}")
         key = check_key(w.key, limits)
@@ -331,7 +372,7 @@ def prepare_transact(
             raise BadRequest(f"not an append: {a!r}")
         kind = _check_name(a.type, "event type", limits.max_event_type_bytes)
         events.append(PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes)))
-    return cmp_list, prepared, events
+    return Prepared(cmp_list, prepared, events, set_ops)
 
 
 def check_compares(
@@ -427,8 +468,7 @@ class Store(abc.ABC):
         current version (``None`` if absent). In both cases nothing changed.
         """
         room = check_room(room, self.limits)
-        cmp_list, prepared, events = prepare_transact(compares, writes, appends, self.limits)
-        return await self._transact(room, cmp_list, prepared, events)
+        return await self._transact(room, prepare_transact(compares, writes, appends, self.limits))
 
     async def scan(
         self, room: str, prefix: str = "", after: str | None = None, limit: int = 100
@@ -468,6 +508,50 @@ class Store(abc.ABC):
         """The sequence number of the room's newest event (0 if none was ever appended)."""
         return await self._last_seq(check_room(room, self.limits))
 
+    async def set_pick(self, room: str, name: str, count: int = 1) -> list[str]:
+        """Up to ``count`` members of set ``name``, least recently picked first (members
+        never picked before come first, in member order), and mark them picked now.
+
+        Atomic: concurrent callers are handed different members while the set has enough,
+        so agents claiming work from one set do not all race for its head. Picking does
+        not remove: the caller removes a member (``SetRemove``) in the transact that
+        claims it, so a caller that dies after picking loses nothing. Cost does not grow
+        with the size of the set.
+        """
+        room = check_room(room, self.limits)
+        name = check_key(name, self.limits)
+        return await self._set_pick(room, name, check_limit(count, self.limits))
+
+    async def set_size(self, room: str, name: str) -> int:
+        """How many members set ``name`` has."""
+        room = check_room(room, self.limits)
+        return await self._set_size(room, check_key(name, self.limits))
+
+    async def watch(self, room: str, after: int, timeout: float) -> int:
+        """Wait until the room's log holds an event with ``seq > after`` or ``timeout``
+        seconds pass; return the newest sequence number then (``<= after`` on timeout).
+
+        Woken by the store (Redis blocking read, PostgreSQL LISTEN/NOTIFY, in-process
+        notification with a slow poll fallback for other processes), not by polling in a
+        hot loop.
+        """
+        room = check_room(room, self.limits)
+        after = check_int(after, "after", 0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            0 <= timeout <= 3600
+        ):
+            raise BadRequest("timeout must be a number of seconds between 0 and 3600")
+        return await self._watch(room, after, float(timeout))
+
+    async def delete_room(self, room: str) -> None:
+        """Delete every record, set and event of ``room``, atomically.
+
+        Counters survive: versions are never reused, and the log's sequence continues
+        from where it was with everything before it trimmed, so a cursor kept from before
+        the delete gets ``CursorCompacted`` instead of silently reading new events.
+        """
+        await self._delete_room(check_room(room, self.limits))
+
     async def info(self) -> StoreInfo:
         """Backend, durability settings and warnings about unsafe settings."""
         return await self._info()
@@ -492,13 +576,8 @@ class Store(abc.ABC):
     async def _read(self, room: str, keys: list[str]) -> Snapshot: ...
 
     @abc.abstractmethod
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult: ...
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        """Apply ``ops`` (compares, then writes, set ops and appends) atomically."""
 
     @abc.abstractmethod
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage: ...
@@ -511,6 +590,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _last_seq(self, room: str) -> int: ...
+
+    @abc.abstractmethod
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def _set_size(self, room: str, name: str) -> int: ...
+
+    @abc.abstractmethod
+    async def _watch(self, room: str, after: int, timeout: float) -> int: ...
+
+    @abc.abstractmethod
+    async def _delete_room(self, room: str) -> None: ...
 
     @abc.abstractmethod
     async def _info(self) -> StoreInfo: ...

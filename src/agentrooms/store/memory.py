@@ -10,19 +10,19 @@ sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentrooms.errors import CursorCompacted
 from agentrooms.store.base import (
     JSON,
-    Compare,
     Event,
     Limits,
-    PreparedAppend,
-    PreparedWrite,
+    Prepared,
     Record,
     ScanPage,
     Snapshot,
@@ -43,12 +43,53 @@ class _Row:
 
 
 @dataclass(slots=True)
+class _Set:
+    """Members never picked (sorted) are handed out first, then the least recently
+    picked ones (in pick order)."""
+
+    fresh: list[str] = field(default_factory=list)
+    picked: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def add(self, member: str) -> None:
+        i = bisect.bisect_left(self.fresh, member)
+        if member in self.picked or (i < len(self.fresh) and self.fresh[i] == member):
+            return
+        self.fresh.insert(i, member)
+
+    def remove(self, member: str) -> None:
+        if member in self.picked:
+            del self.picked[member]
+            return
+        i = bisect.bisect_left(self.fresh, member)
+        if i < len(self.fresh) and self.fresh[i] == member:
+            del self.fresh[i]
+
+    def pick(self, count: int) -> list[str]:
+        out = self.fresh[:count]
+        del self.fresh[:count]
+        for member in out:
+            self.picked[member] = None
+        while len(out) < count and self.picked:
+            member = next(iter(self.picked))
+            if member in out:
+                break
+            self.picked.move_to_end(member)
+            out.append(member)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.picked)
+
+
+@dataclass(slots=True)
 class _Room:
     rows: dict[str, _Row] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # sorted, for scan
     log: list[tuple[int, str, str, int]] = field(default_factory=list)  # seq, type, data, ms
     seq: int = 0
     low: int = 1  # first sequence number not trimmed
+    sets: dict[str, _Set] = field(default_factory=dict)
+    changed: asyncio.Event | None = None  # set and replaced on every append (watch)
 
 
 class MemoryStore(Store):
@@ -95,13 +136,7 @@ class MemoryStore(Store):
                 found[key] = self._record(key, row)
         return Snapshot(found, now_ms / 1000.0)
 
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         now_ms = self._now_ms()
         state = self._room(room)
 
@@ -109,9 +144,9 @@ class MemoryStore(Store):
             row = self._live(state, key, now_ms)
             return None if row is None else (row.version, decode_json(row.value_json))
 
-        check_compares(compares, current)
+        check_compares(ops.compares, current)
         versions: dict[str, int] = {}
-        for w in writes:
+        for w in ops.writes:
             if w.value_json is None:
                 if state.rows.pop(w.key, None) is not None:
                     state.keys.pop(bisect.bisect_left(state.keys, w.key))
@@ -122,11 +157,20 @@ class MemoryStore(Store):
                 bisect.insort(state.keys, w.key)
             state.rows[w.key] = _Row(w.value_json, self._version, expires)
             versions[w.key] = self._version
+        for op in ops.set_ops:
+            members = state.sets.setdefault(op.name, _Set())
+            if op.add:
+                members.add(op.member)
+            else:
+                members.remove(op.member)
         seqs = []
-        for a in appends:
+        for a in ops.appends:
             state.seq += 1
             state.log.append((state.seq, a.type, a.data_json, now_ms))
             seqs.append(state.seq)
+        if seqs and state.changed is not None:
+            state.changed.set()
+            state.changed = None
         return TransactResult(versions, seqs, now_ms / 1000.0)
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
@@ -172,6 +216,38 @@ class MemoryStore(Store):
     async def _last_seq(self, room: str) -> int:
         state = self._rooms.get(room)
         return 0 if state is None else state.seq
+
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        state = self._rooms.get(room)
+        members = None if state is None else state.sets.get(name)
+        return [] if members is None else members.pick(count)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        state = self._rooms.get(room)
+        return 0 if state is None else len(state.sets.get(name, ()))
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        state = self._room(room)
+        if state.seq > after or timeout <= 0:
+            return state.seq
+        if state.changed is None:
+            state.changed = asyncio.Event()
+        changed = state.changed
+        try:
+            await asyncio.wait_for(changed.wait(), timeout)
+        except TimeoutError:
+            pass
+        return state.seq
+
+    async def _delete_room(self, room: str) -> None:
+        state = self._rooms.get(room)
+        if state is None:
+            return
+        state.rows.clear()
+        state.keys.clear()
+        state.sets.clear()
+        state.log.clear()
+        state.low = state.seq + 1
 
     async def _info(self) -> StoreInfo:
         return StoreInfo(
