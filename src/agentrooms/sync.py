@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from agentrooms import commit as _commit
+from agentrooms.commit import apply_intent as _apply_intent
+from agentrooms.commit import commit as _commit
 from agentrooms.store import Limits, Store, open_store
 
 __all__ = ["SyncStore", "apply_intent", "commit"]
@@ -87,6 +88,10 @@ class SyncStore:
     read_log = _blocking(Store.read_log)
     trim_log = _blocking(Store.trim_log)
     last_seq = _blocking(Store.last_seq)
+    set_pick = _blocking(Store.set_pick)
+    set_size = _blocking(Store.set_size)
+    watch = _blocking(Store.watch)
+    delete_room = _blocking(Store.delete_room)
     info = _blocking(Store.info)
     _close = _blocking(Store.close)
 
@@ -111,5 +116,5 @@ class SyncStore:
         self.close()
 
 
-commit = _blocking(_commit.commit)
-apply_intent = _blocking(_commit.apply_intent)
+commit = _blocking(_commit)
+apply_intent = _blocking(_apply_intent)
