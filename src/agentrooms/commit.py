@@ -23,13 +23,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from agentrooms.errors import (
     BadRequest,
@@ -190,6 +191,7 @@ class _Loop:
 
 async def commit(
     store: Store,
+    /,
     room: str,
     transition: Transition[E],
     event: E,
@@ -248,7 +250,12 @@ async def commit(
                     await requeue(event)
                     outcome = "ok"
                     return CommitResult(
-                        None, {}, [], loop.attempts, loop.transitions, loop.elapsed(),
+                        None,
+                        {},
+                        [],
+                        loop.attempts,
+                        loop.transitions,
+                        loop.elapsed(),
                         requeued=True,
                     )
                 raise ContentionExhausted(loop.attempts, loop.elapsed(), loop.last_keys)
@@ -335,7 +342,11 @@ async def _write(
                 raise  # the outcome is unknown and nothing can tell us: the caller decides
             return None  # re-read: the recorded outcome tells whether it committed
         return CommitResult(
-            change.result, done.versions, done.seqs, loop.attempts, loop.transitions,
+            change.result,
+            done.versions,
+            done.seqs,
+            loop.attempts,
+            loop.transitions,
             loop.elapsed(),
         )
 
@@ -344,11 +355,16 @@ def _replay(record: Record, digest: str | None, loop: _Loop) -> CommitResult:
     stored = record.value if isinstance(record.value, dict) else {}
     if stored.get("digest") != digest:
         raise IdempotencyMismatch(
-            f"command {record.key[len(COMMAND_PREFIX):]!r} was already applied "
+            f"command {record.key[len(COMMAND_PREFIX) :]!r} was already applied "
             "with a different payload"
         )
     return CommitResult(
-        stored.get("result"), {}, [], loop.attempts, loop.transitions, loop.elapsed(),
+        stored.get("result"),
+        {},
+        [],
+        loop.attempts,
+        loop.transitions,
+        loop.elapsed(),
         replayed=True,
     )
 
@@ -387,7 +403,7 @@ class Where:
 
     def holds(self, view: View) -> bool:
         found: Any = _MISSING if not view.exists(self.key) else view.get(self.key)
-        for part in (self.path.split(".") if self.path else []):
+        for part in self.path.split(".") if self.path else []:
             found = found.get(part, _MISSING) if isinstance(found, dict) else _MISSING
         if self.op in ("exists", "absent"):
             return (found is not _MISSING) == (self.op == "exists")
@@ -422,7 +438,7 @@ def _intent_transition(view: View, intent: Intent) -> Change:
 
 
 async def apply_intent(
-    store: Store, room: str, intent: Intent, *, command_id: str | None = None, **options: Any
+    store: Store, /, room: str, intent: Intent, *, command_id: str | None = None, **options: Any
 ) -> CommitResult:
     """Commit ``intent`` if its predicates hold at the moment of the write.
 
@@ -445,9 +461,6 @@ def _intent_payload(intent: Intent) -> JSON:
     """A JSON form of the intent, so a reused command id with another intent is caught."""
     return {
         "when": [[p.key, p.path, p.op, p.value] for p in intent.when],
-        "writes": [
-            [w.key, getattr(w, "value", None), getattr(w, "ttl", None), type(w).__name__]
-            for w in intent.writes
-        ],
+        "writes": [{"op": type(w).__name__, **dataclasses.asdict(w)} for w in intent.writes],
         "appends": [[a.type, a.data] for a in intent.appends],
     }

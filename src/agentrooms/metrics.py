@@ -39,22 +39,29 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, window: int = 10_000) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._errors = Counter(
-            "agentrooms_errors", "Failed or retried store writes, by kind", ["kind"],
+            "agentrooms_errors",
+            "Failed or retried store writes, by kind",
+            ["kind"],
             registry=self.registry,
         )
         self._conflicts = Counter(
-            "agentrooms_conflicts_by_prefix", "Version conflicts per key prefix", ["prefix"],
+            "agentrooms_conflicts_by_prefix",
+            "Version conflicts per key prefix",
+            ["prefix"],
             registry=self.registry,
         )
         self._commits = Counter(
             "agentrooms_commits", "Commit loop outcomes", ["outcome"], registry=self.registry
         )
         self._attempts = Histogram(
-            "agentrooms_commit_attempts", "Conditional writes sent per commit",
-            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64), registry=self.registry,
+            "agentrooms_commit_attempts",
+            "Conditional writes sent per commit",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64),
+            registry=self.registry,
         )
         self._latency = Histogram(
-            "agentrooms_commit_seconds", "Commit latency including retries",
+            "agentrooms_commit_seconds",
+            "Commit latency including retries",
             registry=self.registry,
         )
         for kind in KINDS:

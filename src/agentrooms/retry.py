@@ -39,7 +39,7 @@ class Backoff(Protocol):
 
 
 def _exp(base: float, cap: float, attempt: int) -> float:
-    return min(cap, base * 2 ** min(attempt - 1, 60))
+    return min(cap, base * 2.0 ** min(attempt - 1, 60))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ has its blocking twin here, so the two cannot drift.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
@@ -57,13 +56,14 @@ def _blocking(
 ) -> Callable[Concatenate[SyncStore, P], R]:
     """The blocking twin of an async function or method whose first argument is a Store."""
 
-    @functools.wraps(fn)
-    def call(store: SyncStore, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(store: SyncStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         async def run() -> R:
             return await fn(store.inner, *args, **kwargs)
 
         return store.portal.run(run())
 
+    call.__name__ = getattr(fn, "__name__", "call")
+    call.__doc__ = fn.__doc__
     return call
 
 

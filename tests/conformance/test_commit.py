@@ -36,8 +36,9 @@ async def test_concurrent_agents_lose_no_update(backend: Backend, room: str) -> 
 
     async def agent(s: Store) -> list[int]:
         return [
-            (await commit(s, room, increment, 1, keys=["counter"], policy=FAST, metrics=metrics))
-            .result
+            (
+                await commit(s, room, increment, 1, keys=["counter"], policy=FAST, metrics=metrics)
+            ).result
             for _ in range(5)
         ]
 
@@ -126,8 +127,15 @@ async def test_contention_exhausted_by_budget_and_requeue(store: Store, room: st
     wrapped = Interposed(store, before=always_interfere)
     with pytest.raises(ContentionExhausted) as info:
         await commit(
-            wrapped, room, increment, 1, keys=["counter"], policy=policy,
-            sleep=fake_sleep, clock=lambda: now[0], rng=random.Random(7),
+            wrapped,
+            room,
+            increment,
+            1,
+            keys=["counter"],
+            policy=policy,
+            sleep=fake_sleep,
+            clock=lambda: now[0],
+            rng=random.Random(7),
         )
     assert info.value.elapsed <= 1.0
     assert 2 <= info.value.attempts < 1000
@@ -139,8 +147,15 @@ async def test_contention_exhausted_by_budget_and_requeue(store: Store, room: st
 
     now[0] = 0.0
     result = await commit(
-        wrapped, room, increment, 5, keys=["counter"], policy=policy, requeue=requeue,
-        sleep=fake_sleep, clock=lambda: now[0],
+        wrapped,
+        room,
+        increment,
+        5,
+        keys=["counter"],
+        policy=policy,
+        requeue=requeue,
+        sleep=fake_sleep,
+        clock=lambda: now[0],
     )
     assert result.requeued and queue == [5]
 
@@ -197,9 +212,7 @@ async def test_lost_response_without_command_id_is_reported(store: Store, room: 
         await commit(Interposed(store, after=lose), room, increment, 1, keys=["counter"])
 
 
-async def test_concurrent_senders_of_one_command_apply_it_once(
-    backend: Backend, room: str
-) -> None:
+async def test_concurrent_senders_of_one_command_apply_it_once(backend: Backend, room: str) -> None:
     stores = [await backend.open() for _ in range(8)]
     barrier = asyncio.Barrier(8)
 
@@ -292,13 +305,16 @@ async def test_metrics_count_conflicts_by_prefix(store: Store, room: str) -> Non
         return Change(writes=[Put("doc/a", (view.get("doc/a") or 0) + 1)])
 
     await commit(
-        Interposed(store, before=interfere), room, write, None, keys=["doc/a"],
-        policy=FAST, metrics=metrics,
+        Interposed(store, before=interfere),
+        room,
+        write,
+        None,
+        keys=["doc/a"],
+        policy=FAST,
+        metrics=metrics,
     )
     snap = metrics.snapshot()
     assert snap["errors"]["conflict"] == 1
     assert snap["conflicts_by_prefix"] == {"doc/": 1}
     assert snap["attempts_max"] == 2
-    assert metrics.registry.get_sample_value(
-        "agentrooms_errors_total", {"kind": "conflict"}
-    ) == 1.0
+    assert metrics.registry.get_sample_value("agentrooms_errors_total", {"kind": "conflict"}) == 1.0

@@ -87,14 +87,18 @@ async def run_history(backend: Backend, commands: list[Transfer], delays: list[f
             assert r.result == ids[i]
             return ids[i]
 
-        committed = [c for c in await asyncio.gather(*(send(i, t) for i, t in enumerate(commands))) if c]
+        committed = [
+            c for c in await asyncio.gather(*(send(i, t) for i, t in enumerate(commands))) if c
+        ]
         log = await store.read_log(room, 0, 10_000)
         order = [e.data["id"] for e in log]
         assert sorted(order) == sorted(committed)  # every success logged, exactly once
         assert len(set(order)) == len(order)
         model = dict(START)
         for cid in order:
-            assert apply_model(model, commands[ids.index(cid)]), "log order is not a valid serial order"
+            assert apply_model(model, commands[ids.index(cid)]), (
+                "log order is not a valid serial order"
+            )
         snap = await store.read(room, ACCOUNTS)
         assert {k: snap.value(k) for k in ACCOUNTS} == model
         assert sum(model.values()) == sum(START.values())

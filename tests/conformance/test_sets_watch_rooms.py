@@ -19,8 +19,8 @@ from agentrooms.store import (
     Store,
     VersionIs,
 )
-from tests.conftest import Backend
 from tests.conformance import workers
+from tests.conftest import Backend
 
 # ------------------------------------------------------------------------------ sets
 

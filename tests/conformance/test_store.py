@@ -34,8 +34,8 @@ from agentrooms.store import (
     VersionIs,
     open_store,
 )
-from tests.conftest import Backend
 from tests.conformance import workers
+from tests.conftest import Backend
 
 # ------------------------------------------------------------------ records and versions
 
@@ -116,9 +116,7 @@ async def test_compare_on_a_key_that_is_not_written(store: Store, room: str) -> 
 
 
 async def test_failed_multi_key_transact_changes_nothing(store: Store, room: str) -> None:
-    first = await store.transact(
-        room, writes=[Put("a", 1), Put("b", 1)], appends=[Append("setup")]
-    )
+    first = await store.transact(room, writes=[Put("a", 1), Put("b", 1)], appends=[Append("setup")])
     va, vb = first.versions["a"], first.versions["b"]
     await store.transact(room, writes=[Put("b", 2)])
     with pytest.raises(VersionConflict) as info:
@@ -218,7 +216,9 @@ async def _race(backend: Backend, room: str, writers: int) -> None:
             )
             return result.versions["doc"]
 
-        outcomes = await asyncio.gather(*(writer(i) for i in range(writers)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(writer(i) for i in range(writers)), return_exceptions=True
+        )
         wins = [o for o in outcomes if isinstance(o, int)]
         losses = [o for o in outcomes if isinstance(o, BaseException)]
         assert len(wins) == 1, outcomes

@@ -7,6 +7,7 @@ what was acknowledged, so the parent can check that every acknowledged write is 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from agentrooms.errors import VersionConflict
 from agentrooms.store import Absent, Append, Put, VersionIs, open_store
@@ -58,7 +59,9 @@ def commit_own_key(url: str, room: str, writer: int, count: int) -> int:
                         try:
                             await store.transact(
                                 room,
-                                compares=[Absent("shared")] if v is None else [VersionIs("shared", v)],
+                                compares=[Absent("shared")]
+                                if v is None
+                                else [VersionIs("shared", v)],
                                 writes=[Put("shared", snap.value("shared", 0) + 1)],
                             )
                         except VersionConflict:
@@ -85,3 +88,33 @@ def append_after(url: str, room: str, delay: float) -> int:
             await store.close()
 
     return asyncio.run(run())
+
+
+STALE_FENCE_EXIT = 3
+
+
+def claim_pause_complete(url: str, room: str, ttl: float, claimed: Any) -> None:
+    """Claim the room's only task, report the claim, idle (the parent SIGSTOPs us here),
+    then try to complete. Exits 3 if the completion was fenced out, 0 if it was accepted."""
+    import sys
+
+    from agentrooms.errors import StaleFence
+    from agentrooms.rooms import Rooms
+
+    async def run() -> int:
+        store = await open_store(url)
+        try:
+            plan = Rooms(store).room(room).plan
+            lease = await plan.claim_next("paused-agent", ttl=ttl)
+            assert lease is not None
+            claimed.put(lease.fence)
+            await asyncio.sleep(ttl)  # stopped in here, well past the ttl
+            try:
+                await plan.complete(lease, "late result from the paused agent")
+            except StaleFence:
+                return STALE_FENCE_EXIT
+            return 0
+        finally:
+            await store.close()
+
+    sys.exit(asyncio.run(run()))

@@ -20,7 +20,12 @@ from agentrooms.retry import (
 def test_exponential_doubles_up_to_the_cap() -> None:
     b = Exponential(base=0.01, cap=0.1)
     assert [b.delay(n, 0, random.Random()) for n in range(1, 7)] == [
-        0.01, 0.02, 0.04, 0.08, 0.1, 0.1,
+        0.01,
+        0.02,
+        0.04,
+        0.08,
+        0.1,
+        0.1,
     ]
     assert b.delay(10_000, 0, random.Random()) == 0.1  # no overflow
 

@@ -69,6 +69,9 @@ class Snapshot:
     def get(self, key: str) -> Record | None:
         return self.records.get(key)
 
+    def exists(self, key: str) -> bool:
+        return key in self.records
+
     def version(self, key: str) -> int | None:
         record = self.records.get(key)
         return None if record is None else record.version
@@ -371,7 +374,9 @@ def prepare_transact(
         if not isinstance(a, Append):
             raise BadRequest(f"not an append: {a!r}")
         kind = _check_name(a.type, "event type", limits.max_event_type_bytes)
-        events.append(PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes)))
+        events.append(
+            PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes))
+        )
     return Prepared(cmp_list, prepared, events, set_ops)
 
 
@@ -537,8 +542,10 @@ class Store(abc.ABC):
         """
         room = check_room(room, self.limits)
         after = check_int(after, "after", 0)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-            0 <= timeout <= 3600
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 <= timeout <= 3600)
         ):
             raise BadRequest("timeout must be a number of seconds between 0 and 3600")
         return await self._watch(room, after, float(timeout))

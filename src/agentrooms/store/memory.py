@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -233,10 +234,8 @@ class MemoryStore(Store):
         if state.changed is None:
             state.changed = asyncio.Event()
         changed = state.changed
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), timeout)
-        except TimeoutError:
-            pass
         return state.seq
 
     async def _delete_room(self, room: str) -> None:

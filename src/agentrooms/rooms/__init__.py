@@ -1,0 +1,24 @@
+"""Coordination an agent team uses, written once on top of the store primitive."""
+
+from agentrooms.rooms.events import Events
+from agentrooms.rooms.locks import Lock, LockInfo, Locks
+from agentrooms.rooms.plan import Lease, LeaseKeeper, Plan, Task, TaskSpec
+from agentrooms.rooms.presence import Member, Presence
+from agentrooms.rooms.room import Room, RoomInfo, Rooms
+
+__all__ = [
+    "Events",
+    "Lease",
+    "LeaseKeeper",
+    "Lock",
+    "LockInfo",
+    "Locks",
+    "Member",
+    "Plan",
+    "Presence",
+    "Room",
+    "RoomInfo",
+    "Rooms",
+    "Task",
+    "TaskSpec",
+]

@@ -1,0 +1,73 @@
+"""How a room lays out its records, sets and events (one place, so a reviewer greps one file).
+
+=====================  ===============================================================
+record / set           holds
+=====================  ===============================================================
+``_meta``              the room's description; absent = the room does not exist
+``_archived``          present = the room is archived (read-only)
+``task/<id>``          one task of the plan (its own concurrency unit)
+set ``ready``          ids of tasks whose dependencies are all done and nobody holds
+set ``leased``         ids of claimed tasks, scanned for expired leases
+``lock/<name>``        the current holder of a named lock (expires with its TTL)
+``lockfence/<name>``   the lock's fencing counter: never expires, never decreases
+``cursor/<agent>``     the agent's position in the room's event log
+``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
+``doc/<name>``         a versioned document
+=====================  ===============================================================
+
+The registry of rooms lives in the room named ``REGISTRY``: one ``room/<name>`` record
+per room, so rooms can be listed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentrooms.errors import BadRequest
+
+META = "_meta"
+ARCHIVED = "_archived"
+READY = "ready"
+LEASED = "leased"
+REGISTRY = "_registry"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def check_name(value: object, what: str) -> str:
+    """Names of rooms, tasks, agents, locks and documents: 1-128 characters of
+    ``A-Z a-z 0-9 . _ : -``, starting with a letter or digit (safe in URLs and keys)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadRequest(
+            f"{what} must be 1-128 characters of letters, digits, '.', '_', ':' or '-', "
+            f"starting with a letter or digit; got {value!r}"
+        )
+    return value
+
+
+def task(task_id: str) -> str:
+    return f"task/{task_id}"
+
+
+def lock(name: str) -> str:
+    return f"lock/{name}"
+
+
+def lock_fence(name: str) -> str:
+    return f"lockfence/{name}"
+
+
+def cursor(agent: str) -> str:
+    return f"cursor/{agent}"
+
+
+def presence(agent: str) -> str:
+    return f"presence/{agent}"
+
+
+def doc(name: str) -> str:
+    return f"doc/{name}"
+
+
+def registry_entry(room: str) -> str:
+    return f"room/{room}"

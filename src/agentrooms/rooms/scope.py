@@ -1,0 +1,113 @@
+"""What every part of a room shares: the store, the room's name, and the guard that
+turns writes into a missing or archived room into ``NotFound`` / ``InvalidTransition``.
+
+Every write of a room part either runs through :meth:`Scope.commit` (which reads the
+room's ``_meta`` and ``_archived`` records with its snapshot, so their versions are
+compared like any other) or through :meth:`Scope.transact` (which compares
+``Present(_meta)`` and ``Absent(_archived)``). Neither record changes in normal work, so
+the guard costs no conflicts, only two keys in the same round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from agentrooms.commit import Change, CommitResult, Transition, View, commit
+from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
+from agentrooms.metrics import Metrics
+from agentrooms.retry import RetryPolicy
+from agentrooms.rooms import keys
+from agentrooms.store.base import (
+    Absent,
+    Append,
+    Compare,
+    Present,
+    Snapshot,
+    Store,
+    TransactResult,
+    Write,
+)
+
+E = TypeVar("E")
+
+
+class Scope:
+    def __init__(
+        self,
+        store: Store,
+        room: str,
+        *,
+        policy: RetryPolicy | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.store = store
+        self.room = keys.check_name(room, "room name")
+        self.policy = policy
+        self.metrics = metrics
+
+    def missing(self) -> NotFound:
+        return NotFound(f"room {self.room!r} does not exist")
+
+    def archived(self) -> InvalidTransition:
+        return InvalidTransition(f"room {self.room!r} is archived (read-only)")
+
+    def check_live(self, snapshot: Snapshot | View) -> None:
+        if not snapshot.exists(keys.META):
+            raise self.missing()
+        if snapshot.exists(keys.ARCHIVED):
+            raise self.archived()
+
+    async def read(self, record_keys: Sequence[str]) -> Snapshot:
+        """A snapshot of ``record_keys``; ``NotFound`` if the room does not exist."""
+        snap = await self.store.read(self.room, [keys.META, *record_keys])
+        if snap.get(keys.META) is None:
+            raise self.missing()
+        return snap
+
+    async def commit(
+        self,
+        transition: Transition[E],
+        event: E,
+        record_keys: Iterable[str] = (),
+        *,
+        command_id: str | None = None,
+        policy: RetryPolicy | None = None,
+        **options: Any,
+    ) -> CommitResult:
+        def guarded(view: View, ev: E) -> Change:
+            self.check_live(view)
+            return transition(view, ev)
+
+        return await commit(
+            self.store,
+            self.room,
+            guarded,
+            event,
+            keys=[keys.META, keys.ARCHIVED, *record_keys],
+            command_id=command_id,
+            policy=policy or self.policy,
+            metrics=self.metrics,
+            **options,
+        )
+
+    async def transact(
+        self,
+        compares: Iterable[Compare] = (),
+        writes: Iterable[Write] = (),
+        appends: Iterable[Append] = (),
+    ) -> TransactResult:
+        """A transact guarded by the room's existence and archive state."""
+        try:
+            return await self.store.transact(
+                self.room,
+                [Present(keys.META), Absent(keys.ARCHIVED), *compares],
+                writes,
+                appends,
+            )
+        except VersionConflict as exc:
+            if keys.META in exc.conflicts:
+                raise self.missing() from exc
+            if keys.ARCHIVED in exc.conflicts:
+                raise self.archived() from exc
+            raise

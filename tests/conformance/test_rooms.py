@@ -1,0 +1,542 @@
+"""Rooms, the plan with leases and fencing, locks, events with cursors, presence —
+every backend (issue: rooms)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from agentrooms.errors import (
+    BadRequest,
+    CursorCompacted,
+    InvalidTransition,
+    LeaseHeld,
+    LockHeld,
+    NotFound,
+    PayloadTooLarge,
+    StaleFence,
+    VersionConflict,
+)
+from agentrooms.rooms import Room, Rooms, TaskSpec
+from agentrooms.store import Put, Store
+from tests.conftest import Backend
+
+
+@pytest.fixture
+async def room(store: Store) -> Room:
+    return await Rooms(store).create(f"r-{uuid.uuid4().hex[:10]}", "test room")
+
+
+async def state_digest(store: Store, room: Room) -> tuple[object, ...]:
+    page = await store.scan(room.name, limit=10_000)
+    records = [(r.key, r.version) for r in page.records]
+    return (records, await store.last_seq(room.name), await store.set_size(room.name, "ready"))
+
+
+# ----------------------------------------------------------------------------- rooms
+
+
+async def test_rooms_lifecycle(store: Store) -> None:
+    rooms = Rooms(store)
+    name = f"life-{uuid.uuid4().hex[:8]}"
+    room = await rooms.create(name, "a room", {"team": "legal"})
+    info = await rooms.describe(name)
+    assert (info.name, info.description, info.metadata, info.archived) == (
+        name,
+        "a room",
+        {"team": "legal"},
+        False,
+    )
+    with pytest.raises(VersionConflict, match="already exists"):
+        await rooms.create(name)
+    assert name in [r.name for r in await rooms.list()]
+    await room.plan.add([TaskSpec("t1")])
+    archived = await rooms.archive(name)
+    assert archived.archived
+    assert name not in [r.name for r in await rooms.list()]
+    assert name in [r.name for r in await rooms.list(include_archived=True)]
+    with pytest.raises(InvalidTransition, match="archived"):
+        await room.plan.add([TaskSpec("t2")])
+    with pytest.raises(InvalidTransition, match="archived"):
+        await room.events.post("note")
+    assert [t.id for t in await room.plan.tasks()] == ["t1"]  # still readable
+    await rooms.delete(name)
+    with pytest.raises(NotFound):
+        await rooms.describe(name)
+    with pytest.raises(NotFound):
+        await rooms.delete(name)
+    assert name not in [r.name for r in await rooms.list(include_archived=True)]
+
+
+async def test_unknown_room_is_not_found_and_nothing_is_written(store: Store) -> None:
+    ghost = Rooms(store).room(f"ghost-{uuid.uuid4().hex[:8]}")
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: ghost.plan.add([TaskSpec("a")]),
+        lambda: ghost.plan.claim_next("agent"),
+        ghost.plan.tasks,
+        lambda: ghost.events.post("x"),
+        lambda: ghost.events.read_new("agent"),
+        lambda: ghost.presence.heartbeat("agent"),
+        ghost.presence.who_is_online,
+        lambda: ghost.locks.try_acquire("plan", "agent"),
+        ghost.describe,
+    ]
+    for call in calls:
+        with pytest.raises(NotFound):
+            await call()
+    assert (await store.scan(ghost.name)).records == []
+    assert await store.last_seq(ghost.name) == 0
+
+
+async def test_rooms_are_isolated(store: Store) -> None:
+    rooms = Rooms(store)
+    a = await rooms.create(f"iso-a-{uuid.uuid4().hex[:8]}")
+    b = await rooms.create(f"iso-b-{uuid.uuid4().hex[:8]}")
+    await a.plan.add([TaskSpec("t")])
+    await a.events.post("only-in-a")
+    await a.locks.try_acquire("plan", "x")
+    await a.presence.heartbeat("x")
+    assert await b.plan.tasks() == []
+    assert await b.plan.claim_next("y") is None
+    assert [e.type for e in await b.events.read_new("y")] == ["room.created"]
+    assert await b.presence.who_is_online() == []
+    assert (await b.locks.try_acquire("plan", "y")).fence == 1
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "-leading", "x" * 200, "a/b", "é"])
+async def test_bad_room_names(store: Store, bad: str) -> None:
+    with pytest.raises(BadRequest):
+        await Rooms(store).create(bad)
+
+
+# ------------------------------------------------------------------------------ plan
+
+
+async def test_add_claim_complete_and_dependents(room: Room) -> None:
+    plan = room.plan
+    ready = await plan.add(
+        [
+            TaskSpec("fetch", "fetch the contract"),
+            TaskSpec("tax", deps=["fetch"]),
+            TaskSpec("risk", deps=["fetch"]),
+            TaskSpec("report", deps=["tax", "risk"], payload={"fmt": "md"}),
+        ]
+    )
+    assert ready == ["fetch"]
+    assert {t.id: t.status for t in await plan.tasks()} == {
+        "fetch": "ready",
+        "tax": "pending",
+        "risk": "pending",
+        "report": "pending",
+    }
+    lease = await plan.claim_next("agent-a", ttl=30)
+    assert lease is not None and lease.task_id == "fetch" and lease.fence == 1
+    assert await plan.claim_next("agent-b") is None  # nothing else is ready
+    done = await plan.complete(lease, {"uri": "s3://contract"})
+    assert done.status == "done" and done.result == {"uri": "s3://contract"}
+    assert {t.id for t in await plan.tasks("ready")} == {"tax", "risk"}
+    leases = [await plan.claim_next(a) for a in ("a", "b")]
+    assert sorted(le.task_id for le in leases if le) == ["risk", "tax"]
+    for le in leases:
+        assert le is not None
+        await plan.complete(le, le.task_id)
+    report = await plan.get("report")
+    assert report.status == "ready" and report.waiting_on == []
+    types = [e.type for e in await room.events.read(0, 100)]
+    assert types.count("lease.granted") == 3 and types.count("task.completed") == 3
+    assert "task.ready" in types
+
+
+async def test_adding_validates_the_graph_and_adds_nothing_on_error(
+    store: Store, room: Room
+) -> None:
+    await room.plan.add([TaskSpec("a")])
+    before = await state_digest(store, room)
+    with pytest.raises(BadRequest, match=r"cycle: x -> y -> z -> x|cycle: y -> z -> x -> y"):
+        await room.plan.add(
+            [TaskSpec("x", deps=["y"]), TaskSpec("y", deps=["z"]), TaskSpec("z", deps=["x"])]
+        )
+    with pytest.raises(BadRequest, match="cycle"):
+        await room.plan.add([TaskSpec("self", deps=["self"])])
+    with pytest.raises(BadRequest, match=r"b -> missing"):
+        await room.plan.add([TaskSpec("b", deps=["a", "missing"])])
+    with pytest.raises(InvalidTransition, match="already exists"):
+        await room.plan.add([TaskSpec("c"), TaskSpec("a")])
+    with pytest.raises(BadRequest, match="twice"):
+        await room.plan.add([TaskSpec("d"), TaskSpec("d")])
+    with pytest.raises(BadRequest):
+        await room.plan.add([TaskSpec("bad id")])
+    with pytest.raises(PayloadTooLarge):
+        await room.plan.add([TaskSpec("big", payload="x" * (5 * 1024 * 1024))])
+    assert await state_digest(store, room) == before
+
+
+async def test_bad_plan_calls_are_typed_and_change_nothing(store: Store, room: Room) -> None:
+    await room.plan.add([TaskSpec("a")])
+    before = await state_digest(store, room)
+    with pytest.raises(NotFound):
+        await room.plan.get("nope")
+    with pytest.raises(NotFound):
+        await room.plan.claim("nope", "agent")
+    with pytest.raises(NotFound):
+        await room.plan.cancel("nope")
+    for ttl in (-1, 0, float("nan"), 10**9):
+        with pytest.raises(BadRequest):
+            await room.plan.claim_next("agent", ttl=ttl)
+        with pytest.raises(BadRequest):
+            await room.locks.try_acquire("l", "agent", ttl=ttl)
+        with pytest.raises(BadRequest):
+            await room.presence.heartbeat("agent", ttl=ttl)
+    assert await state_digest(store, room) == before
+
+
+async def test_fail_retries_until_the_attempt_limit(room: Room) -> None:
+    await room.plan.add([TaskSpec("flaky", max_attempts=2)])
+    first = await room.plan.claim_next("a")
+    assert first is not None
+    after = await room.plan.fail(first, "boom")
+    assert after.status == "ready" and after.attempts == 1
+    second = await room.plan.claim_next("b")
+    assert second is not None and second.fence == 2
+    final = await room.plan.fail(second, "boom again")
+    assert final.status == "failed" and final.error == "boom again"
+    assert await room.plan.claim_next("c") is None
+
+
+async def test_named_claim_and_lease_held(room: Room) -> None:
+    await room.plan.add([TaskSpec("t")])
+    lease = await room.plan.claim("t", "a")
+    with pytest.raises(LeaseHeld) as info:
+        await room.plan.claim("t", "b")
+    assert info.value.holder == "a"
+    await room.plan.complete(lease)
+    with pytest.raises(InvalidTransition):
+        await room.plan.claim("t", "b")
+
+
+async def test_expired_lease_is_reclaimed_and_the_late_holder_is_fenced(room: Room) -> None:
+    await room.plan.add([TaskSpec("t")])
+    old = await room.plan.claim_next("slow", ttl=0.3)
+    assert old is not None
+    assert await room.plan.claim_next("fast") is None  # still held
+    await asyncio.sleep(0.5)
+    new = await room.plan.claim_next("fast", ttl=30)
+    assert new is not None and new.task_id == "t" and new.fence == old.fence + 1
+    await room.plan.complete(new, "fast's result")
+    with pytest.raises(StaleFence):
+        await room.plan.complete(old, "slow's late result")
+    with pytest.raises(StaleFence):
+        await room.plan.renew(old)
+    task = await room.plan.get("t")
+    assert task.result == "fast's result" and task.owner == "fast"
+    types = [e.type for e in await room.events.read(0, 100)]
+    for kind in ("lease.granted", "lease.expired", "lease.reclaimed", "lease.lost"):
+        assert kind in types
+
+
+async def test_any_write_can_be_fenced_by_a_lease(store: Store, room: Room) -> None:
+    await room.plan.add([TaskSpec("t")])
+    old = await room.plan.claim("t", "a", ttl=0.2)
+    await store.transact(room.name, [old.guard()], [Put("doc/out", "a, in time")])
+    await asyncio.sleep(0.4)
+    await room.plan.claim("t", "b")
+    with pytest.raises(StaleFence):
+        await store.transact(room.name, [old.guard()], [Put("doc/out", "a, late")])
+    assert (await store.read(room.name, ["doc/out"])).value("doc/out") == "a, in time"
+
+
+async def test_renew_and_keep_alive(room: Room) -> None:
+    await room.plan.add([TaskSpec("long")])
+    lease = await room.plan.claim("long", "a", ttl=0.6)
+    renewed = await room.plan.renew(lease, 0.6)
+    assert renewed.expires_at >= lease.expires_at
+    async with room.plan.keep_alive(renewed, every=0.15) as keeper:
+        await asyncio.sleep(1.2)  # twice the ttl: only the background renewals keep it
+        assert keeper.lost is None
+    assert await room.plan.claim_next("b") is None
+    await room.plan.complete(keeper.lease, "done while kept alive")
+    types = [e.type for e in await room.events.read(0, 100)]
+    assert types.count("lease.renewed") >= 4
+
+
+async def test_keep_alive_tells_the_agent_when_the_lease_is_lost(room: Room) -> None:
+    await room.plan.add([TaskSpec("t")])
+    lease = await room.plan.claim("t", "a", ttl=5)
+    await room.plan.cancel("t", "plan changed")
+    reached_the_end = False
+    with pytest.raises(StaleFence):
+        async with room.plan.keep_alive(lease, every=0.05) as keeper:
+            await asyncio.sleep(5)
+            reached_the_end = True
+    assert not reached_the_end
+    assert keeper.lost is not None and keeper.lost_event.is_set()
+
+
+async def test_many_agents_claim_each_task_exactly_once(backend: Backend) -> None:
+    store = await backend.open()
+    rooms = Rooms(store)
+    room = await rooms.create(f"crowd-{uuid.uuid4().hex[:8]}")
+    await room.plan.add([TaskSpec(f"t{i:03}") for i in range(60)])
+    handles = [await backend.open() for _ in range(8)]
+    done_by: dict[str, list[str]] = {}
+
+    async def agent(i: int, s: Store) -> None:
+        plan = Rooms(s).room(room.name).plan
+        while (lease := await plan.claim_next(f"agent-{i}")) is not None:
+            done_by.setdefault(lease.task_id, []).append(f"agent-{i}")
+            await plan.complete(lease, i)
+
+    await asyncio.gather(*(agent(i, s) for i, s in enumerate(handles)))
+    assert sorted(done_by) == [f"t{i:03}" for i in range(60)]
+    assert all(len(agents) == 1 for agents in done_by.values())
+    assert {t.status for t in await room.plan.tasks()} == {"done"}
+    for s in {store, *handles}:
+        await s.close()
+
+
+# ----------------------------------------------------------------------------- locks
+
+
+async def test_ten_agents_acquire_at_once_exactly_one_holds(backend: Backend) -> None:
+    store = await backend.open()
+    room = await Rooms(store).create(f"lock-{uuid.uuid4().hex[:8]}")
+    handles = [await backend.open() for _ in range(10)]
+    barrier = asyncio.Barrier(10)
+
+    async def contender(i: int, s: Store) -> object:
+        await barrier.wait()
+        try:
+            return await Rooms(s).room(room.name).locks.try_acquire("plan", f"agent-{i}", ttl=30)
+        except LockHeld as exc:
+            return exc
+
+    outcomes = await asyncio.gather(*(contender(i, s) for i, s in enumerate(handles)))
+    held = [o for o in outcomes if not isinstance(o, LockHeld)]
+    assert len(held) == 1
+    holder = await room.locks.holder("plan")
+    assert holder is not None and holder.owner == held[0].owner  # type: ignore[attr-defined]
+    assert all(o.holder == holder.owner for o in outcomes if isinstance(o, LockHeld))
+    for s in {store, *handles}:
+        await s.close()
+
+
+async def test_late_release_or_extend_does_not_touch_the_new_holders_lock(room: Room) -> None:
+    a = await room.locks.try_acquire("plan", "A", ttl=0.2)
+    await asyncio.sleep(0.4)
+    b = await room.locks.try_acquire("plan", "B", ttl=30)
+    assert b.fence == a.fence + 1
+    assert await room.locks.release(a) is False
+    with pytest.raises(StaleFence):
+        await room.locks.extend(a, 30)
+    holder = await room.locks.holder("plan")
+    assert holder is not None and (holder.owner, holder.fence) == ("B", b.fence)
+    assert await room.locks.release(b) is True
+    assert await room.locks.holder("plan") is None
+    c = await room.locks.try_acquire("plan", "C")
+    assert c.fence == b.fence + 1  # tokens keep growing after release
+
+
+async def test_acquire_backs_off_then_gives_up(room: Room) -> None:
+    await room.locks.try_acquire("plan", "A", ttl=30)
+    t0 = time.monotonic()
+    with pytest.raises(LockHeld):
+        await room.locks.acquire("plan", "B", tries=3, step=0.05)
+    assert time.monotonic() - t0 >= 0.05 + 0.10
+
+
+async def test_acquire_waits_for_an_expiring_lock(room: Room) -> None:
+    await room.locks.try_acquire("plan", "A", ttl=0.2)
+    lock = await room.locks.acquire("plan", "B", tries=5, step=0.1)
+    assert lock.owner == "B"
+
+
+async def test_hold_releases_even_when_the_body_raises(room: Room) -> None:
+    with pytest.raises(RuntimeError):
+        async with room.locks.hold("plan", "A") as lock:
+            assert (await room.locks.holder("plan")).owner == "A"  # type: ignore[union-attr]
+            raise RuntimeError("body failed")
+    assert lock.fence == 1
+    assert await room.locks.holder("plan") is None
+
+
+# ---------------------------------------------------------------------------- events
+
+
+async def test_two_agents_each_receive_every_event_once(room: Room) -> None:
+    received: dict[str, list[int]] = {"a": [], "b": []}
+
+    async def reader(agent: str) -> None:
+        for _ in range(40):
+            received[agent] += [e.seq for e in await room.events.read_new(agent, limit=7)]
+            await asyncio.sleep(0.005)
+
+    async def writer() -> None:
+        for i in range(60):
+            await room.events.post("note", i)
+            await asyncio.sleep(0.001)
+
+    await asyncio.gather(reader("a"), reader("b"), writer())
+    for agent in ("a", "b"):
+        received[agent] += [e.seq for e in await room.events.read_new(agent, limit=1000)]
+    head = await room.store.last_seq(room.name)
+    assert received["a"] == received["b"] == list(range(1, head + 1))
+
+
+async def test_five_hundred_events_between_two_reads(room: Room) -> None:
+    first = await room.events.read_new("agent")
+    start = first[-1].seq
+    for i in range(500):
+        await room.events.post("burst", i)
+    got = []
+    while batch := await room.events.read_new("agent", limit=128):
+        got += batch
+    assert [e.data for e in got] == list(range(500))
+    assert [e.seq for e in got] == list(range(start + 1, start + 501))
+
+
+async def test_one_agent_name_read_by_two_readers_never_duplicates(backend: Backend) -> None:
+    store = await backend.open()
+    room = await Rooms(store).create(f"dup-{uuid.uuid4().hex[:8]}")
+    for i in range(100):
+        await room.events.post("e", i)
+    handles = [await backend.open() for _ in range(4)]
+
+    async def reader(s: Store) -> list[int]:
+        events = Rooms(s).room(room.name).events
+        got: list[int] = []
+        while batch := await events.read_new("shared-agent", limit=5):
+            got += [e.seq for e in batch]
+        return got
+
+    results = await asyncio.gather(*(reader(s) for s in handles))
+    everything = sorted(seq for r in results for seq in r)
+    assert everything == list(range(1, 102))
+    for s in {store, *handles}:
+        await s.close()
+
+
+async def test_explicit_ack_is_at_least_once(room: Room) -> None:
+    await room.events.post("job", 1)
+    await room.events.post("job", 2)
+    first = await room.events.read_new("w", ack="explicit")
+    again = await room.events.read_new("w", ack="explicit")  # crashed before acking
+    assert [e.seq for e in first] == [e.seq for e in again] == [1, 2, 3]
+    assert await room.events.ack("w", 2) == 2
+    assert await room.events.ack("w", 1) == 2  # never backwards
+    assert [e.seq for e in await room.events.read_new("w", ack="explicit")] == [3]
+    with pytest.raises(BadRequest):
+        await room.events.ack("w", 999)
+
+
+async def test_subscribe_is_woken_by_new_events(room: Room) -> None:
+    got: list[object] = []
+
+    async def consume() -> None:
+        async for event in room.events.subscribe("sub", wait=20):
+            got.append(event.data)
+            if len(got) == 4:
+                return
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    for i in range(3):
+        await room.events.post("push", i)
+    await asyncio.wait_for(task, 10)
+    assert got == [{"room": room.name}, 0, 1, 2]
+    assert time.monotonic() - t0 < 5  # woken by the store, not by the 20 s wait
+
+
+async def test_compacted_cursor_resyncs(store: Store, room: Room) -> None:
+    for i in range(10):
+        await room.events.post("e", i)
+    await room.events.read_new("agent", limit=2)
+    await store.trim_log(room.name, 8)
+    with pytest.raises(CursorCompacted):
+        await room.events.read_new("agent")
+    head = await room.events.resync("agent")
+    await room.events.post("after", "resync")
+    assert [e.data for e in await room.events.read_new("agent")] == ["resync"]
+    assert head == 11
+
+
+# -------------------------------------------------------------------------- presence
+
+
+async def test_presence_by_heartbeat_and_store_clock(room: Room) -> None:
+    member = await room.presence.heartbeat("a", "working", {"task": "tax"}, ttl=0.4)
+    await room.presence.heartbeat("b", ttl=30)
+    online = await room.presence.who_is_online()
+    assert [(m.agent, m.status) for m in online] == [("a", "working"), ("b", "online")]
+    assert abs(online[0].last_seen - member.last_seen) < 0.01
+    assert online[0].metadata == {"task": "tax"}
+    await asyncio.sleep(0.6)
+    assert [m.agent for m in await room.presence.who_is_online()] == ["b"]
+    await room.presence.leave("b")
+    assert await room.presence.who_is_online() == []
+
+
+async def test_a_client_clock_an_hour_off_changes_nothing(
+    room: Room, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expiry is the store's judgement: skew the client's clocks and nothing moves."""
+    await room.plan.add([TaskSpec("t")])
+    await room.presence.heartbeat("a", ttl=30)
+    lease = await room.plan.claim("t", "a", ttl=30)
+    real_time, real_monotonic = time.time, time.monotonic
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
+    assert [m.agent for m in await room.presence.who_is_online()] == ["a"]
+    assert await room.plan.claim_next("b") is None  # the lease has not "expired"
+    renewed = await room.plan.renew(lease, 30)
+    assert abs(renewed.expires_at - real_time() - 30) < 5
+    monkeypatch.setattr(time, "time", lambda: real_time() - 3600)
+    assert [m.agent for m in await room.presence.who_is_online()] == ["a"]
+    assert real_monotonic() > 0
+
+
+@pytest.mark.slow
+async def test_paused_lease_holder_is_fenced_out(backend: Backend) -> None:
+    """SIGSTOP the holder past its TTL; another agent claims and completes; the holder
+    resumes and tries to complete: StaleFence, and the recorded result is the second's."""
+    if not backend.shared_across_processes:
+        pytest.skip("memory:// is private to one process (the in-process version is above)")
+    import multiprocessing
+    import os
+    import signal
+
+    from tests.conformance import workers
+
+    store = await backend.open()
+    room = await Rooms(store).create(f"pause-{uuid.uuid4().hex[:8]}")
+    await room.plan.add([TaskSpec("t")])
+    ctx = multiprocessing.get_context("spawn")
+    claimed = ctx.Queue()
+    holder = ctx.Process(
+        target=workers.claim_pause_complete, args=(backend.url, room.name, 1.0, claimed)
+    )
+    holder.start()
+    try:
+        fence = await asyncio.to_thread(claimed.get, True, 60)
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGSTOP)
+        await asyncio.sleep(1.5)
+        lease = await room.plan.claim_next("second-agent", ttl=30)
+        assert lease is not None and lease.fence == fence + 1
+        await room.plan.complete(lease, "second agent's result")
+        os.kill(holder.pid, signal.SIGCONT)
+        await asyncio.to_thread(holder.join, 60)
+        assert holder.exitcode == workers.STALE_FENCE_EXIT
+    finally:
+        if holder.is_alive():
+            holder.kill()
+    task = await room.plan.get("t")
+    assert (task.status, task.result, task.owner) == (
+        "done",
+        "second agent's result",
+        "second-agent",
+    )
+    await store.close()
