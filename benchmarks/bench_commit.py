@@ -1,0 +1,239 @@
+"""N writers on ONE record through ``commit``: backoff policies side by side.
+
+Every writer increments one shared counter through the commit loop (read, transition,
+conditional write, back off on conflict) for a fixed time; the counter must end equal to
+the number of acknowledged commits (zero lost updates, checked every cell).
+
+Reported per backend, policy and writer count: goodput (commits/s), conflict rate
+(conflicts per write attempt), p50/p99 commit latency, write attempts per commit,
+transitions per commit and store calls per commit (reads + conditional writes).
+
+    python3 dev.py bench commit [--writers 1,2,4,8,16,32,64] [--duration 2]
+        [--backends sqlite,redis,postgres] [--policies none,exponential,full,decorrelated]
+        [--plot BENCHMARKS-commit.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import REDIS_URL, machine, ms, unique
+
+from agentrooms.commit import Change, View, commit
+from agentrooms.errors import ContentionExhausted
+from agentrooms.retry import Backoff, Decorrelated, Exponential, FullJitter, NoBackoff, RetryPolicy
+from agentrooms.store import Put, Store, open_store
+
+BASE, CAP = 0.002, 0.25
+POLICIES: dict[str, Callable[[], Backoff]] = {
+    "none": NoBackoff,
+    "exponential": lambda: Exponential(BASE, CAP),
+    "full": lambda: FullJitter(BASE, CAP),
+    "decorrelated": lambda: Decorrelated(BASE, CAP),
+}
+
+
+@dataclass
+class Cell:
+    backend: str
+    policy: str
+    writers: int
+    commits: int = 0
+    attempts: int = 0
+    transitions: int = 0
+    exhausted: int = 0
+    elapsed: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def goodput(self) -> float:
+        return self.commits / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def conflict_rate(self) -> float:
+        return (self.attempts - self.commits) / self.attempts if self.attempts else 0.0
+
+    def per_commit(self, n: int) -> float:
+        return n / self.commits if self.commits else float("nan")
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def increment(view: View, _: None) -> Change:
+    return Change(writes=[Put("counter", view.get("counter", 0) + 1)])
+
+
+async def run_cell(stores: list[Store], cell: Cell, duration: float) -> None:
+    room = unique("commitbench")
+    policy = RetryPolicy(max_attempts=10_000, budget=30.0, backoff=POLICIES[cell.policy]())
+    stop = time.perf_counter() + duration
+
+    async def writer(store: Store) -> None:
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            try:
+                result = await commit(store, room, increment, None, keys=["counter"], policy=policy)
+            except ContentionExhausted as exc:
+                cell.exhausted += 1
+                cell.attempts += exc.attempts
+                continue
+            cell.latencies.append(time.perf_counter() - t0)
+            cell.commits += 1
+            cell.attempts += result.attempts
+            cell.transitions += result.transitions
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer(stores[i % len(stores)]) for i in range(cell.writers)))
+    cell.elapsed = time.perf_counter() - t0
+    final = (await stores[0].read(room, ["counter"])).value("counter", 0)
+    if final != cell.commits:
+        raise SystemExit(f"LOST UPDATE: counter {final} != {cell.commits} acknowledged commits")
+
+
+async def open_many(url: str, n: int) -> list[Store]:
+    if url.startswith("memory:"):
+        return [await open_store(url)]  # one process-private store
+    return [await open_store(url) for _ in range(n)]
+
+
+async def bench_backend(
+    name: str, url: str, writers: list[int], policies: list[str], duration: float
+) -> list[Cell]:
+    cells: list[Cell] = []
+    # one store handle (connection pool) per 8 writers, as separate agents would have
+    stores = await open_many(url, max(1, max(writers) // 8))
+    try:
+        for n in writers:
+            for policy in policies:
+                cell = Cell(name, policy, n)
+                await run_cell(stores, cell, duration)
+                cells.append(cell)
+                print(
+                    f"  {name:8} {policy:12} N={n:<3} {cell.goodput:8.0f}/s "
+                    f"conflicts {cell.conflict_rate:5.1%} attempts/commit "
+                    f"{cell.per_commit(cell.attempts):5.2f} p99 {ms(cell.pct(0.99))} ms",
+                    flush=True,
+                )
+    finally:
+        for s in stores:
+            await s.close()
+    return cells
+
+
+def table(cells: list[Cell]) -> str:
+    lines = [
+        "| backend | policy | N | commits/s | conflict rate | p50 ms | p99 ms | "
+        "attempts/commit | transitions/commit | store calls/commit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c.backend} | {c.policy} | {c.writers} | {c.goodput:,.0f} | "
+            f"{c.conflict_rate:.1%} | {ms(c.pct(0.5))} | {ms(c.pct(0.99))} | "
+            f"{c.per_commit(c.attempts):.2f} | {c.per_commit(c.transitions):.2f} | "
+            f"{c.per_commit(c.attempts + c.transitions):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def goals(cells: list[Cell]) -> str:
+    out = []
+    for backend in dict.fromkeys(c.backend for c in cells):
+        mine = [c for c in cells if c.backend == backend]
+        for policy in dict.fromkeys(c.policy for c in mine):
+            row = [c for c in mine if c.policy == policy]
+            peak = max(c.goodput for c in row)
+            last = max(row, key=lambda c: c.writers)
+            at16 = next((c for c in row if c.writers == 16), None)
+            line = f"- {backend} / {policy}: goodput at N={last.writers} is "
+            line += f"{last.goodput / peak:.0%} of the peak over N"
+            if at16 is not None:
+                line += f"; write attempts per commit at N=16: {at16.per_commit(at16.attempts):.2f}"
+            out.append(line)
+        exp = next((c for c in mine if c.policy == "exponential" and c.writers == 64), None)
+        full = next((c for c in mine if c.policy == "full" and c.writers == 64), None)
+        if exp and full:
+            saved = 1 - full.per_commit(full.attempts) / exp.per_commit(exp.attempts)
+            out.append(
+                f"- {backend}: full jitter sends {saved:.0%} fewer write attempts per commit "
+                "than un-jittered exponential backoff at N=64"
+            )
+    return "\n".join(out)
+
+
+def plot(cells: list[Cell], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backends = list(dict.fromkeys(c.backend for c in cells))
+    fig, axes = plt.subplots(2, len(backends), figsize=(5 * len(backends), 7), squeeze=False)
+    for col, backend in enumerate(backends):
+        for policy in dict.fromkeys(c.policy for c in cells):
+            row = [c for c in cells if c.backend == backend and c.policy == policy]
+            xs = [c.writers for c in row]
+            axes[0][col].plot(xs, [c.goodput for c in row], marker="o", label=policy)
+            axes[1][col].plot(xs, [c.per_commit(c.attempts) for c in row], marker="o", label=policy)
+        axes[0][col].set_title(f"{backend}: goodput (commits/s)")
+        axes[1][col].set_title(f"{backend}: write attempts per commit")
+        for ax in (axes[0][col], axes[1][col]):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("writers on one record")
+            ax.grid(alpha=0.3)
+        axes[0][col].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--writers", default="1,2,4,8,16,32,64")
+    parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument("--backends", default="sqlite,redis,postgres")
+    parser.add_argument("--policies", default="none,exponential,full,decorrelated")
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    writers = [int(n) for n in args.writers.split(",")]
+    policies = args.policies.split(",")
+    cells: list[Cell] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in args.backends.split(","):
+            if backend == "sqlite":
+                url = f"sqlite:///{Path(tmp) / 'commit.db'}"
+                cells += await bench_backend(backend, url, writers, policies, args.duration)
+            elif backend == "redis":
+                prefix = unique("arcommit")
+                try:
+                    url = f"{REDIS_URL}?prefix={prefix}"
+                    cells += await bench_backend(backend, url, writers, policies, args.duration)
+                finally:
+                    from bench_transact import drop_redis_prefix
+
+                    await drop_redis_prefix(prefix)
+            elif backend == "postgres":
+                from bench_transact import postgres_database
+
+                async with postgres_database() as url:
+                    cells += await bench_backend(backend, url, writers, policies, args.duration)
+            elif backend == "memory":
+                cells += await bench_backend(backend, "memory://", writers, policies, args.duration)
+    print(f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell\n")
+    print(table(cells))
+    print()
+    print(goals(cells))
+    if args.plot:
+        plot(cells, args.plot)
+        print(f"\nplot: {args.plot}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
