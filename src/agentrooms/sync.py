@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from agentrooms import commit as _commit
+from agentrooms.commit import apply_intent as _apply_intent
+from agentrooms.commit import commit as _commit
 from agentrooms.store import Limits, Store, open_store
 
 __all__ = ["SyncStore", "apply_intent", "commit"]
@@ -111,5 +112,5 @@ class SyncStore:
         self.close()
 
 
-commit = _blocking(_commit.commit)
-apply_intent = _blocking(_commit.apply_intent)
+commit = _blocking(_commit)
+apply_intent = _blocking(_apply_intent)
