@@ -1,0 +1,162 @@
+"""The embedded default store: SQLite in WAL mode, stdlib ``sqlite3`` only.
+
+Open one with ``await open_store("sqlite:///agentrooms.db")`` (URL options in
+:mod:`.config`). Any number of processes may open the same file; SQLite serialises their
+writes (``BEGIN IMMEDIATE``) and the engine retries a busy database for up to
+``retry_for`` seconds before raising :class:`~agentrooms.errors.StoreUnavailable`.
+
+Operations run on a thread that owns the connection (:mod:`.worker`), one per database
+file per process (:mod:`.pool`); the SQL is in ``queries.sql``, run by
+:mod:`.operations` in transactions opened by :mod:`.engine`.
+
+Durability: with WAL and ``synchronous=FULL`` (the default) a commit is acknowledged only
+after the WAL is synced, so it survives a process crash and a power loss. With
+``synchronous=NORMAL`` it survives a process crash, but the last commits may be lost on
+power loss or an OS crash; :meth:`info` warns about that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import time
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Self, TypeVar, cast
+
+from agentrooms.errors import StoreUnavailable
+from agentrooms.store.base import (
+    Compare,
+    Event,
+    Limits,
+    PreparedAppend,
+    PreparedWrite,
+    ScanPage,
+    Snapshot,
+    Store,
+    StoreInfo,
+    TransactResult,
+)
+from agentrooms.store.sqlite.config import SqliteConfig, parse_url
+from agentrooms.store.sqlite.engine import Engine
+from agentrooms.store.sqlite.operations import Operations
+from agentrooms.store.sqlite.pool import POOL
+from agentrooms.store.sqlite.worker import Worker
+
+T = TypeVar("T")
+DEFAULT_RETRY_FOR = 30.0  # seconds a busy database is retried before StoreUnavailable
+_ids = itertools.count(1)
+
+
+class SqliteStore(Store):
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        url: str = "sqlite://",
+        limits: Limits | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ) -> None:
+        """Start the store's thread, which connects and migrates before anything else;
+        :meth:`open` also waits for that and raises if it failed."""
+        super().__init__(url, limits)
+        self.config = config = parse_url(url)
+        key = _pool_key(config, clock, retry_for)
+
+        def start() -> Worker:
+            return Worker(Engine(config, clock, retry_for), f"agentrooms-sqlite-{next(_ids)}")
+
+        self._closed = False
+        self._worker = POOL.acquire(key, start)
+        self._release = weakref.finalize(self, POOL.release_nowait, key, self._worker)
+        self._key = key
+
+    @classmethod
+    async def open(cls, url: str, limits: Limits | None = None) -> Self:
+        store = cls(url, limits)
+        try:
+            await store._call(lambda ops: None, write=False)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def _call(self, job: Callable[[Operations], T], write: bool) -> T:
+        if self._closed:
+            raise StoreUnavailable("the sqlite store is closed")
+        return cast(T, await self._worker.submit(job, write))
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        return await self._call(lambda ops: ops.read(room, keys), write=False)
+
+    async def _transact(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult:
+        return await self._call(lambda ops: ops.transact(room, compares, writes, appends), True)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        return await self._call(lambda ops: ops.scan(room, prefix, after, limit), write=False)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        return await self._call(lambda ops: ops.read_log(room, after, limit), write=False)
+
+    async def _trim_log(self, room: str, before: int) -> int:
+        return await self._call(lambda ops: ops.trim_log(room, before), write=True)
+
+    async def _last_seq(self, room: str) -> int:
+        return await self._call(lambda ops: ops.last_seq(room), write=False)
+
+    async def _info(self) -> StoreInfo:
+        settings = await self._call(lambda ops: ops.settings(), write=False)
+        journal, sync = str(settings["journal_mode"]), str(settings["synchronous"])
+        durability, warnings = describe_durability(self.config.in_memory, journal, sync)
+        details = {"path": self.config.path, "sqlite_version": sqlite3.sqlite_version, **settings}
+        return StoreInfo(self.backend, self.url, durability, warnings, details)
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._release.detach()
+        if POOL.release(self._key, self._worker):
+            await self._worker.stop()
+
+
+def _pool_key(
+    config: SqliteConfig, clock: Callable[[], float], retry_for: float
+) -> Hashable | None:
+    """Stores with the same key share one worker (:mod:`.pool`); in-memory: never."""
+    if config.in_memory:
+        return None
+    path = os.path.realpath(config.path)
+    return (path, config.synchronous, config.busy_timeout_ms, clock, retry_for)
+
+
+def describe_durability(in_memory: bool, journal: str, sync: str) -> tuple[str, list[str]]:
+    """What an acknowledged commit survives, and warnings about unsafe settings."""
+    if in_memory:
+        return "none: an in-memory SQLite database is lost when the store closes", [
+            "sqlite:// without a path keeps nothing: use it for tests, not for agents"
+        ]
+    setting = f"journal_mode={journal}, synchronous={sync}"
+    if journal.lower() != "wal":
+        return setting, [
+            f"journal mode is {journal}, not WAL: readers and writers block each other"
+        ]
+    if sync in ("FULL", "EXTRA"):
+        return f"{setting}: an acknowledged commit survives a process crash and power loss", []
+    return (
+        f"{setting}: an acknowledged commit survives a process crash, but the last ones "
+        "may be lost on power loss or an OS crash",
+        [
+            f"synchronous={sync}: the last acknowledged commits may be lost on power loss "
+            "or an OS crash (not on a process crash); use synchronous=FULL to keep them"
+        ],
+    )

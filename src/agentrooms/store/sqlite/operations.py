@@ -1,0 +1,235 @@
+"""The store primitives as SQL, each run inside a transaction the engine has opened.
+
+Read operations (``read``, ``scan``, ``read_log``, ``last_seq``, ``settings``) run in a
+read transaction, so every statement of one operation sees one snapshot; the write
+operations (``transact``, ``trim_log``) run under ``BEGIN IMMEDIATE``, i.e. while this
+connection holds the database's single write lock.
+
+Every operation reads the store clock once, inside its transaction. An operation raises
+an :class:`~agentrooms.errors.AgentroomsError` (a failed compare, a compacted cursor)
+only before it writes anything: the other operations of its batch commit regardless
+(the engine checks this rule and rolls the whole batch back if it is ever broken).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from agentrooms.errors import CursorCompacted
+from agentrooms.store.base import (
+    JSON,
+    Compare,
+    Event,
+    FenceAtMost,
+    PreparedAppend,
+    PreparedWrite,
+    Record,
+    ScanPage,
+    Snapshot,
+    TransactResult,
+    check_compares,
+    decode_json,
+    ms_to_s,
+)
+from agentrooms.store.sqlite.sql import QUERIES
+
+_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "user_version")
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+_MAX_CHAR = 0x10FFFF
+_NO_UPPER_BOUND = b""  # a BLOB sorts after every TEXT value in SQLite
+
+
+def prefix_end(prefix: str) -> str | bytes:
+    """The least string greater than every string that starts with ``prefix`` (code
+    point order), or an empty BLOB when there is none (``prefix`` is empty or all
+    U+10FFFF): keys starting with ``prefix`` are exactly ``prefix <= key < prefix_end``."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code <= _MAX_CHAR:
+            if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters of UTF-8 text
+                code = 0xE000
+            return "".join(chars) + chr(code)
+    return _NO_UPPER_BOUND
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _keys_json(keys: list[str]) -> str:
+    return json.dumps(keys, ensure_ascii=False)
+
+
+class Operations:
+    """The store primitives over one connection (used by the engine's thread only)."""
+
+    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float]) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._q = QUERIES
+        self._revision: int | None = None  # the last version handed out, while writing
+        self._stored_revision: int | None = None  # ... and the one in the table
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _all(self, name: str, params: dict[str, Any]) -> list[Any]:
+        return self._conn.execute(self._q[name], params).fetchall()
+
+    def _one(self, name: str, params: dict[str, Any]) -> Any:
+        """The first column of the statement's only row, or ``None`` without a row. The
+        statement is run to completion (``RETURNING`` must finish before ``COMMIT``)."""
+        rows = self._conn.execute(self._q[name], params).fetchall()
+        return rows[0][0] if rows else None
+
+    # -- reads ----------------------------------------------------------------------
+
+    def read(self, room: str, keys: list[str]) -> Snapshot:
+        now_ms = self._now_ms()
+        if len(keys) == 1:
+            rows = self._all("read_one", {"room": room, "key": keys[0], "now_ms": now_ms})
+        elif keys:
+            rows = self._all(
+                "read_many", {"room": room, "keys": _keys_json(keys), "now_ms": now_ms}
+            )
+        else:
+            rows = []
+        found = {row[0]: row for row in rows}
+        records = {k: _record(*found[k]) for k in keys if k in found}
+        return Snapshot(records, now_ms / 1000.0)
+
+    def scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        now_ms = self._now_ms()
+        if not _encodable(prefix):  # a lone surrogate: no key can start with it
+            return ScanPage([], None, now_ms / 1000.0)
+        low, skip = (prefix, None) if after is None or after < prefix else (after, after)
+        params = {"room": room, "low": low, "high": prefix_end(prefix), "skip": skip}
+        rows = self._all("scan_records", {**params, "now_ms": now_ms, "limit": limit + 1})
+        records = [_record(*row) for row in rows[:limit]]
+        next_after = records[-1].key if len(rows) > limit else None
+        return ScanPage(records, next_after, now_ms / 1000.0)
+
+    def read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        low = self._one("read_log_low", {"room": room}) or 1
+        if after + 1 < low:
+            raise CursorCompacted(room, after, low)
+        rows = self._all("read_log_events", {"room": room, "after": after, "limit": limit})
+        return [Event(seq, kind, decode_json(data), ms / 1000.0) for seq, kind, data, ms in rows]
+
+    def last_seq(self, room: str) -> int:
+        seq: int | None = self._one("last_seq", {"room": room})
+        return seq or 0
+
+    def settings(self) -> dict[str, Any]:
+        """The connection's durability-relevant settings, for ``info``."""
+        pragma = {n: self._conn.execute(f"PRAGMA {n}").fetchone()[0] for n in _PRAGMAS}
+        return {
+            "journal_mode": pragma["journal_mode"],
+            "synchronous": _SYNCHRONOUS.get(pragma["synchronous"], str(pragma["synchronous"])),
+            "busy_timeout_ms": pragma["busy_timeout"],
+            "schema_version": pragma["user_version"],
+        }
+
+    # -- writes ---------------------------------------------------------------------
+
+    def transact(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult:
+        now_ms = self._now_ms()
+        if compares:
+            check_compares(compares, self._current(room, compares, now_ms))
+        versions = self._write(room, writes, now_ms) if writes else {}
+        seqs = self._append(room, appends, now_ms) if appends else []
+        return TransactResult(versions, seqs, now_ms / 1000.0)
+
+    def _current(
+        self, room: str, compares: list[Compare], now_ms: int
+    ) -> Callable[[str], tuple[int, JSON] | None]:
+        """``key -> (version, value)`` of the compared records that are live now (the
+        value is decoded only when a fence is compared)."""
+        params: dict[str, Any] = {"room": room, "now_ms": now_ms}
+        if len(compares) == 1:
+            params["with_value"] = with_value = isinstance(compares[0], FenceAtMost)
+            params["key"] = compares[0].key
+            rows = self._all("transact_compare_one", params)
+        else:
+            params["with_value"] = with_value = any(isinstance(c, FenceAtMost) for c in compares)
+            params["keys"] = _keys_json(list(dict.fromkeys(c.key for c in compares)))
+            rows = self._all("transact_compare_many", params)
+        found: dict[str, tuple[int, JSON]] = {
+            key: (version, decode_json(value) if with_value else None)
+            for key, version, value in rows
+        }
+        return found.get
+
+    def _write(self, room: str, writes: list[PreparedWrite], now_ms: int) -> dict[str, int]:
+        execute, q = self._conn.execute, self._q
+        versions: dict[str, int] = {}
+        for w in writes:
+            if w.value_json is None:
+                execute(q["transact_delete"], {"room": room, "key": w.key})
+                continue
+            version = versions[w.key] = self._next_version()
+            expires_ms = None if w.ttl_ms is None else now_ms + w.ttl_ms
+            row = {"room": room, "key": w.key, "value": w.value_json, "version": version}
+            execute(q["transact_put"], {**row, "expires_ms": expires_ms})
+        return versions
+
+    def _append(self, room: str, appends: list[PreparedAppend], now_ms: int) -> list[int]:
+        last: int = self._one("transact_next_seqs", {"room": room, "count": len(appends)})
+        first = last - len(appends) + 1
+        rows = [
+            {"room": room, "seq": first + i, "type": a.type, "data": a.data_json, "time_ms": now_ms}
+            for i, a in enumerate(appends)
+        ]
+        self._conn.executemany(self._q["transact_append"], rows)
+        return list(range(first, last + 1))
+
+    # -- the store-wide version counter, kept in memory during one write transaction --
+
+    def begin_write(self) -> None:
+        """A write transaction began: the counter will be read when first needed."""
+        self._revision = self._stored_revision = None
+
+    def _next_version(self) -> int:
+        if self._revision is None:
+            self._revision = self._stored_revision = self._one("transact_revision_read", {})
+        self._revision += 1
+        return self._revision
+
+    def end_write(self) -> None:
+        """Store the counter before COMMIT. Holding the write lock, this transaction is
+        the only one handing out versions. If it rolls back instead, the versions it
+        handed out were never acknowledged, so handing them out again reuses nothing."""
+        if self._revision != self._stored_revision:
+            self._conn.execute(self._q["transact_revision_write"], {"last": self._revision})
+        self._revision = self._stored_revision = None
+
+    def trim_log(self, room: str, before: int) -> int:
+        state = self._all("trim_log_state", {"room": room})
+        if not state:
+            return 1  # nothing was ever appended: nothing to trim, and low stays 1
+        seq: int = state[0][0]
+        low: int = state[0][1]
+        new_low = min(before, seq + 1)
+        if new_low <= low:
+            return low
+        self._conn.execute(self._q["trim_log_events"], {"room": room, "low": new_low})
+        self._conn.execute(self._q["trim_log_low"], {"room": room, "low": new_low})
+        return new_low
+
+
+def _record(key: str, value: str, version: int, expires_ms: int | None) -> Record:
+    return Record(key, decode_json(value), version, ms_to_s(expires_ms))

@@ -1,0 +1,105 @@
+-- Every SQL statement the SQLite backend runs, by name (loaded once by sql.py).
+--
+-- Each query: a "-- name: <name>" header, a one-line description, then one statement.
+-- The name starts with the store primitive that runs it (transact_, read_, scan_,
+-- read_log_, trim_log_, last_seq), so one grep finds every layer of a primitive.
+-- Parameters are named. :now_ms is the store clock in milliseconds, read once per
+-- operation inside its transaction; a row is live when expires_ms IS NULL OR
+-- expires_ms > :now_ms, and an expired row is absent to every query below.
+
+-- name: read_one
+-- The live record (room, key): key, value, version, expires_ms.
+SELECT key, value, version, expires_ms
+FROM records
+WHERE room = :room AND key = :key AND (expires_ms IS NULL OR expires_ms > :now_ms);
+
+-- name: read_many
+-- The live records of a room whose keys are in :keys (a JSON array of strings).
+SELECT key, value, version, expires_ms
+FROM records
+WHERE room = :room
+  AND key IN (SELECT value FROM json_each(:keys))
+  AND (expires_ms IS NULL OR expires_ms > :now_ms);
+
+-- name: transact_compare_one
+-- Key, version and (only when :with_value) value of one live record, for the compares.
+SELECT key, version, CASE WHEN :with_value THEN value END
+FROM records
+WHERE room = :room AND key = :key AND (expires_ms IS NULL OR expires_ms > :now_ms);
+
+-- name: transact_compare_many
+-- Key, version and (only when :with_value) value of the live records in :keys (JSON array).
+SELECT key, version, CASE WHEN :with_value THEN value END
+FROM records
+WHERE room = :room
+  AND key IN (SELECT value FROM json_each(:keys))
+  AND (expires_ms IS NULL OR expires_ms > :now_ms);
+
+-- name: transact_revision_read
+-- The last store-wide version handed out (read once per write transaction that puts).
+SELECT last FROM revision WHERE id = 1;
+
+-- name: transact_revision_write
+-- Store the last version handed out, before the write transaction commits.
+UPDATE revision SET last = :last WHERE id = 1;
+
+-- name: transact_put
+-- Write one record (value, version, expiry), replacing any previous row, expired or not.
+INSERT INTO records (room, key, value, version, expires_ms)
+VALUES (:room, :key, :value, :version, :expires_ms)
+ON CONFLICT (room, key) DO UPDATE SET
+    value = excluded.value, version = excluded.version, expires_ms = excluded.expires_ms;
+
+-- name: transact_delete
+-- Remove one record (absent is fine).
+DELETE FROM records WHERE room = :room AND key = :key;
+
+-- name: transact_next_seqs
+-- Reserve :count sequence numbers of a room's log; returns the last (first = last - count + 1).
+INSERT INTO rooms (room, seq) VALUES (:room, :count)
+ON CONFLICT (room) DO UPDATE SET seq = seq + excluded.seq
+RETURNING seq;
+
+-- name: transact_append
+-- Store one event at the sequence number reserved for it.
+INSERT INTO events (room, seq, type, data, time_ms)
+VALUES (:room, :seq, :type, :data, :time_ms);
+
+-- name: scan_records
+-- Up to :limit live records with :low <= key < :high (an empty BLOB :high sorts after every
+-- TEXT key: no upper bound), key <> :skip (NULL: none), in key order.
+SELECT key, value, version, expires_ms
+FROM records
+WHERE room = :room
+  AND key >= :low AND key < :high AND key IS NOT :skip
+  AND (expires_ms IS NULL OR expires_ms > :now_ms)
+ORDER BY key
+LIMIT :limit;
+
+-- name: read_log_low
+-- The first sequence number of a room's log that has not been trimmed (no row: 1).
+SELECT low FROM rooms WHERE room = :room;
+
+-- name: read_log_events
+-- Up to :limit events of a room with seq > :after, in order.
+SELECT seq, type, data, time_ms
+FROM events
+WHERE room = :room AND seq > :after
+ORDER BY seq
+LIMIT :limit;
+
+-- name: trim_log_state
+-- The room's last sequence number and first untrimmed one.
+SELECT seq, low FROM rooms WHERE room = :room;
+
+-- name: trim_log_events
+-- Drop a room's events below :low.
+DELETE FROM events WHERE room = :room AND seq < :low;
+
+-- name: trim_log_low
+-- Record the room's new first untrimmed sequence number.
+UPDATE rooms SET low = :low WHERE room = :room;
+
+-- name: last_seq
+-- The sequence number of the room's newest event (no row: 0).
+SELECT seq FROM rooms WHERE room = :room;

@@ -1,0 +1,48 @@
+-- The current agentrooms SQLite schema: what every migration in migrations/, applied in
+-- order, produces (tests/unit/test_sqlite_schema.py checks it). PRAGMA user_version holds
+-- the number of the last migration applied.
+--
+-- records   One row per record of a room. value is the JSON text exactly as the client
+--           gave it; version comes from revision.last; expires_ms is store-clock
+--           milliseconds since the epoch (NULL: never). An expired row stays until it is
+--           overwritten or deleted, but every query treats it as absent.
+-- events    A room's log. seq is per room, gapless, handed out from rooms.seq.
+-- rooms     Per room: seq = the last sequence number given, low = the first one not
+--           trimmed (read_log raises CursorCompacted below it). Created on first append
+--           or trim.
+-- revision  One row: the store-wide counter versions come from, so a version is never
+--           reused, not even after a delete and re-create. (SQLite serialises writers, so
+--           this row costs no extra waiting.)
+--
+-- Keys sort by the default BINARY collation, i.e. UTF-8 bytes, i.e. code point order.
+
+CREATE TABLE records (
+    room       TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    value      TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    expires_ms INTEGER,
+    PRIMARY KEY (room, key)
+);
+
+CREATE TABLE events (
+    room    TEXT    NOT NULL,
+    seq     INTEGER NOT NULL,
+    type    TEXT    NOT NULL,
+    data    TEXT    NOT NULL,
+    time_ms INTEGER NOT NULL,
+    PRIMARY KEY (room, seq)
+);
+
+CREATE TABLE rooms (
+    room TEXT    NOT NULL PRIMARY KEY,
+    seq  INTEGER NOT NULL DEFAULT 0,
+    low  INTEGER NOT NULL DEFAULT 1
+) WITHOUT ROWID;
+
+CREATE TABLE revision (
+    id   INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+    last INTEGER NOT NULL
+);
+
+INSERT INTO revision (id, last) VALUES (1, 0);
