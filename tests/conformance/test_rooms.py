@@ -540,3 +540,85 @@ async def test_paused_lease_holder_is_fenced_out(backend: Backend) -> None:
         "second-agent",
     )
     await store.close()
+
+
+# ------------------------------------------------------------------- queued locks
+
+
+async def test_queued_waiters_are_served_in_order(room: Room) -> None:
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    order: list[str] = []
+
+    async def waiter(name: str) -> None:
+        lock = await room.locks.wait_acquire("plan", name, ttl=30, timeout=20)
+        order.append(name)
+        await asyncio.sleep(0.05)
+        assert await room.locks.release(lock)
+
+    b = asyncio.create_task(waiter("B"))
+    await asyncio.sleep(0.1)
+    c = asyncio.create_task(waiter("C"))
+    await asyncio.sleep(0.1)
+    assert await room.locks.release(a)
+    await asyncio.wait_for(asyncio.gather(b, c), 20)
+    assert order == ["B", "C"]
+    types = [e.type for e in await room.events.read(0, 100)]
+    assert types.count("lock.handoff") == 2 and types.count("lock.released") == 1
+    assert await room.locks.holder("plan") is None
+
+
+async def test_queued_waiter_times_out_and_leaves_the_queue(store: Store, room: Room) -> None:
+    await room.locks.try_acquire("plan", "A", ttl=30)
+    t0 = time.monotonic()
+    with pytest.raises(LockHeld):
+        await room.locks.wait_acquire("plan", "B", timeout=0.3)
+    assert 0.25 <= time.monotonic() - t0 < 5
+    assert (await store.scan(room.name, "lockq/")).records == []
+
+
+async def test_queued_waiter_takes_an_expired_lock(room: Room) -> None:
+    await room.locks.try_acquire("plan", "dead-holder", ttl=0.3)
+    t0 = time.monotonic()
+    lock = await room.locks.wait_acquire("plan", "B", timeout=10)
+    assert lock.owner == "B" and time.monotonic() - t0 < 5
+
+
+async def test_queued_lock_mutual_exclusion_under_contention(backend: Backend) -> None:
+    store = await backend.open()
+    room = await Rooms(store).create(f"qlock-{uuid.uuid4().hex[:8]}")
+    handles = [await backend.open() for _ in range(8)]
+    inside = 0
+    acquisitions: dict[str, int] = {}
+
+    async def agent(i: int, s: Store) -> None:
+        nonlocal inside
+        locks = Rooms(s).room(room.name).locks
+        for _ in range(3):
+            async with locks.hold("plan", f"a{i}", ttl=30, queue_timeout=60) as lock:
+                inside += 1
+                assert inside == 1
+                acquisitions[lock.owner] = acquisitions.get(lock.owner, 0) + 1
+                await asyncio.sleep(0.005)
+                inside -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(agent(i, s) for i, s in enumerate(handles))), 120)
+    assert acquisitions == {f"a{i}": 3 for i in range(8)}
+    for s in {store, *handles}:
+        await s.close()
+
+
+async def test_a_dead_waiter_drops_out_of_the_queue(
+    room: Room, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    dead = asyncio.create_task(room.locks.wait_acquire("plan", "dead", timeout=20))
+    await asyncio.sleep(0.1)
+    dead.cancel()  # the waiter's process is gone: its queue entry is no longer refreshed
+    alive = asyncio.create_task(room.locks.wait_acquire("plan", "alive", timeout=20))
+    await asyncio.sleep(0.6)
+    assert await room.locks.release(a)
+    lock = await asyncio.wait_for(alive, 10)
+    assert lock.owner == "alive"

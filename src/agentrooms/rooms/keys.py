@@ -10,6 +10,7 @@ set ``ready``          ids of tasks whose dependencies are all done and nobody h
 set ``leased``         ids of claimed tasks, scanned for expired leases
 ``lock/<name>``        the current holder of a named lock (expires with its TTL)
 ``lockfence/<name>``   the lock's fencing counter: never expires, never decreases
+``lockq/<name>/<tok>`` an agent queued for the lock (expires unless refreshed)
 ``cursor/<agent>``     the agent's position in the room's event log
 ``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
 ``doc/<name>``         a versioned document
@@ -55,6 +56,14 @@ def lock(name: str) -> str:
 
 def lock_fence(name: str) -> str:
     return f"lockfence/{name}"
+
+
+def lock_queue(name: str) -> str:
+    return f"lockq/{name}/"
+
+
+def lock_waiter(name: str, token: str) -> str:
+    return f"lockq/{name}/{token}"
 
 
 def cursor(agent: str) -> str:

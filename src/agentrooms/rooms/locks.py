@@ -2,26 +2,40 @@
 
 The holder record ``lock/<name>`` expires with the lock's TTL (by the store's clock); its
 fencing counter lives apart in ``lockfence/<name>``, which never expires, so tokens keep
-increasing across expiries and releases. Release and extend compare that counter with
-the caller's token, so a holder whose lock expired and was taken by someone else cannot
-touch the new holder's lock.
+increasing across expiries and releases. Every grant carries a random token; release and
+extend act only while the holder record still carries the caller's token, so a holder
+whose lock expired and was taken by someone else cannot touch the new holder's lock.
+
+Two ways to wait for a held lock:
+
+* ``acquire`` retries with growing sleeps (seed 000: 5 tries, 150 ms steps), then
+  raises ``LockHeld``. Simple, but under contention the lock sits idle while every
+  waiter sleeps, and an unlucky waiter can starve.
+* ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<token>`` and waits on
+  the room's log (``Store.watch``); ``release`` hands the lock straight to the longest
+  waiting live agent in the same atomic write (FIFO, no idle gap, no thundering herd of
+  writers). A waiter that dies stops refreshing its entry and drops out; a holder that
+  dies lets its lock expire, and the waiters take it then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import Delete, FenceAtMost, Present, Put
+from agentrooms.store.base import Append, Delete, FenceAtMost, Present, Put, Write
 
 DEFAULT_TTL = 30.0
+WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,42 +61,61 @@ class LockInfo:
     expires_at: float | None
 
 
-def _check_ttl(ttl: object) -> float:
+def _check_ttl(ttl: object, what: str = "a lock ttl") -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86_400:
-        raise BadRequest(f"a lock ttl must be between 0 and 86400 seconds, got {ttl!r}")
+        raise BadRequest(f"{what} must be between 0 and 86400 seconds, got {ttl!r}")
     return float(ttl)
+
+
+def _grant(view: View, name: str, owner: str, token: str, ttl: float) -> tuple[list[Write], int]:
+    """The writes that make ``owner`` the holder, and the new fencing token."""
+    fence = int((view.get(keys.lock_fence(name)) or {}).get("fence", 0)) + 1
+    holder = {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+    return [
+        Put(keys.lock(name), holder, ttl=ttl),
+        Put(keys.lock_fence(name), {"fence": fence}),
+    ], fence
 
 
 class Locks:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
 
-    async def try_acquire(self, name: str, owner: str, *, ttl: float = DEFAULT_TTL) -> Lock:
+    def _lock(self, name: str, value: dict[str, Any], expires_at: float) -> Lock:
+        return Lock(
+            self._scope.room,
+            name,
+            value["owner"],
+            value["token"],
+            value["fence"],
+            expires_at,
+            value["ttl"],
+        )
+
+    async def try_acquire(
+        self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, _token: str | None = None
+    ) -> Lock:
         """Take the lock now or raise ``LockHeld`` naming the holder."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
         ttl = _check_ttl(ttl)
-        token = uuid.uuid4().hex
+        token = _token or uuid.uuid4().hex
+        queued = keys.lock_waiter(name, token)
 
         def take(view: View, _: None) -> Change:
             held = view.get(keys.lock(name))
             if held is not None:
                 raise LockHeld(name, held["owner"])
-            fence = int((view.get(keys.lock_fence(name)) or {}).get("fence", 0)) + 1
-            holder = {"owner": owner, "token": token, "fence": fence}
-            return Change(
-                writes=[
-                    Put(keys.lock(name), holder, ttl=ttl),
-                    Put(keys.lock_fence(name), {"fence": fence}),
-                ],
-                result={"fence": fence, "expires_at": view.now + ttl},
-            )
+            writes, fence = _grant(view, name, owner, token, ttl)
+            if view.exists(queued):
+                writes.append(Delete(queued))
+            return Change(writes=writes, result={"fence": fence, "expires_at": view.now + ttl})
 
-        result = await self._scope.commit(take, None, [keys.lock(name), keys.lock_fence(name)])
-        granted = result.result
-        return Lock(
-            self._scope.room, name, owner, token, granted["fence"], granted["expires_at"], ttl
+        result = await self._scope.commit(
+            take, None, [keys.lock(name), keys.lock_fence(name), queued]
         )
+        holder = {"owner": owner, "token": token, "fence": result.result["fence"], "ttl": ttl}
+        return self._lock(name, holder, result.result["expires_at"])
 
     async def acquire(
         self,
@@ -106,22 +139,72 @@ class Locks:
                 await asyncio.sleep(step * attempt)
         raise AssertionError("unreachable")
 
+    async def wait_acquire(
+        self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, timeout: float = 30.0
+    ) -> Lock:
+        """Queue for the lock (FIFO) and wait up to ``timeout`` seconds for it to be
+        handed over; ``LockHeld`` if it was not."""
+        keys.check_name(name, "lock name")
+        keys.check_name(owner, "owner")
+        ttl = _check_ttl(ttl)
+        timeout = _check_ttl(timeout, "a wait timeout")
+        token = uuid.uuid4().hex
+        with contextlib.suppress(LockHeld):
+            return await self.try_acquire(name, owner, ttl=ttl, _token=token)
+        store, room = self._scope.store, self._scope.room
+        entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl}
+        queued = keys.lock_waiter(name, token)
+        seen = await store.last_seq(room)
+        joined = await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
+        entry["ticket"] = joined.versions[queued]  # place in line, kept across refreshes
+        deadline = time.monotonic() + timeout
+        refresh_at = time.monotonic() + WAITER_TTL / 3
+        while True:
+            snap = await self._scope.read([keys.lock(name)])
+            held = snap.get(keys.lock(name))
+            if held is not None and held.value["token"] == token:
+                return self._lock(name, held.value, held.expires_at or snap.now + ttl)
+            if held is None:
+                with contextlib.suppress(LockHeld):
+                    return await self.try_acquire(name, owner, ttl=ttl, _token=token)
+            now = time.monotonic()
+            if now >= deadline:
+                return await self._give_up(name, owner, token, queued)
+            if now >= refresh_at:
+                await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
+                refresh_at = now + WAITER_TTL / 3
+            wait = min(deadline, refresh_at) - now
+            if held is not None and held.expires_at is not None:
+                wait = min(wait, max(0.0, held.expires_at - snap.now) + 0.01)
+            seen = await store.watch(room, seen, wait)
+
+    async def _give_up(self, name: str, owner: str, token: str, queued: str) -> Lock:
+        await self._scope.transact(writes=[Delete(queued)])
+        snap = await self._scope.read([keys.lock(name)])
+        held = snap.get(keys.lock(name))
+        if held is not None and held.value["token"] == token:
+            # handed over while we were leaving the queue: it is ours after all
+            return self._lock(name, held.value, held.expires_at or snap.now)
+        raise LockHeld(name, None if held is None else held.value["owner"])
+
     async def release(self, lock: Lock) -> bool:
-        """Release if ``lock`` is still the current grant; ``False`` if it had expired
-        or another owner holds the lock now (which is left untouched)."""
-        try:
-            await self._scope.transact(
-                [lock.guard(), Present(keys.lock(lock.name))],
-                [Delete(keys.lock(lock.name))],
-            )
-        except (StaleFence, VersionConflict):
-            return False
-        return True
+        """Release if ``lock`` is still the current grant, handing it to the longest
+        waiting queued agent; ``False`` if it had expired or changed hands (the new
+        holder's lock is left untouched)."""
+        waiters = await self._waiters(lock.name)
+        read = [keys.lock(lock.name), keys.lock_fence(lock.name), *waiters]
+        result = await self._scope.commit(lambda view, _: _release(view, lock, waiters), None, read)
+        released: bool = result.result
+        return released
+
+    async def _waiters(self, name: str) -> list[str]:
+        page = await self._scope.store.scan(self._scope.room, keys.lock_queue(name), None, 1000)
+        return [r.key for r in page.records]
 
     async def extend(self, lock: Lock, ttl: float | None = None) -> Lock:
         """Extend a lock still held; ``StaleFence`` if it expired or changed hands."""
         length = _check_ttl(ttl if ttl is not None else lock.ttl)
-        holder = {"owner": lock.owner, "token": lock.token, "fence": lock.fence}
+        holder = {"owner": lock.owner, "token": lock.token, "fence": lock.fence, "ttl": length}
         try:
             done = await self._scope.transact(
                 [lock.guard(), Present(keys.lock(lock.name))],
@@ -129,9 +212,7 @@ class Locks:
             )
         except VersionConflict as exc:
             raise StaleFence(keys.lock(lock.name), lock.fence, None) from exc
-        return Lock(
-            lock.room, lock.name, lock.owner, lock.token, lock.fence, done.now + length, length
-        )
+        return self._lock(lock.name, holder, done.now + length)
 
     async def holder(self, name: str) -> LockInfo | None:
         keys.check_name(name, "lock name")
@@ -142,11 +223,45 @@ class Locks:
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, tries: int = 5, step: float = 0.15
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        tries: int = 5,
+        step: float = 0.15,
+        queue_timeout: float | None = None,
     ) -> AsyncIterator[Lock]:
-        """``async with locks.hold("plan", me) as lock:`` — released even if the body raises."""
-        lock = await self.acquire(name, owner, ttl=ttl, tries=tries, step=step)
+        """``async with locks.hold("plan", me) as lock:`` — released even if the body
+        raises. With ``queue_timeout`` it queues (``wait_acquire``) instead of polling."""
+        if queue_timeout is None:
+            lock = await self.acquire(name, owner, ttl=ttl, tries=tries, step=step)
+        else:
+            lock = await self.wait_acquire(name, owner, ttl=ttl, timeout=queue_timeout)
         try:
             yield lock
         finally:
             await self.release(lock)
+
+
+def _release(view: View, lock: Lock, waiters: Sequence[str]) -> Change:
+    held = view.get(keys.lock(lock.name))
+    if held is None or held["token"] != lock.token:
+        return Change(result=False)
+    queue = []
+    for key in waiters:
+        record = view.record(key)
+        if record is not None:
+            queue.append((record.value.get("ticket", record.version), key, record.value))
+    if not queue:
+        return Change(
+            writes=[Delete(keys.lock(lock.name))],
+            appends=[Append("lock.released", {"lock": lock.name, "owner": lock.owner})],
+            result=True,
+        )
+    _, key, nxt = min(queue)
+    writes, fence = _grant(view, lock.name, nxt["owner"], nxt["token"], nxt["ttl"])
+    data = {"lock": lock.name, "from": lock.owner, "to": nxt["owner"], "fence": fence}
+    return Change(
+        writes=[*writes, Delete(key)], appends=[Append("lock.handoff", data)], result=True
+    )
