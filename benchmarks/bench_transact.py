@@ -146,7 +146,9 @@ def raw_sqlite(path: Path, duration: float) -> Arm:
     text = json.dumps(PAYLOAD)
     setup = sqlite3.connect(path, isolation_level=None)
     setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE IF NOT EXISTS t (key TEXT PRIMARY KEY, value TEXT, version INTEGER)")
+    setup.execute(
+        "CREATE TABLE IF NOT EXISTS t (key TEXT PRIMARY KEY, value TEXT, version INTEGER)"
+    )
     setup.executemany(
         "INSERT OR REPLACE INTO t VALUES (?, ?, 1)", [(f"k{w}", text) for w in range(WRITERS)]
     )

@@ -53,6 +53,7 @@ PENDING, READY, CLAIMED, DONE, FAILED, CANCELLED = (
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 DEFAULT_LEASE = 60.0
 PICK = 8  # candidates drawn per set_pick
+MAX_BATCH = 1000  # tasks per add (each takes about four store operations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +220,8 @@ class Plan:
         batch = list(specs)
         if not batch:
             return []
+        if len(batch) > MAX_BATCH:
+            raise BadRequest(f"add at most {MAX_BATCH} tasks at once")
         validate_specs(batch)
         new_ids = {s.id for s in batch}
         external = sorted({d for s in batch for d in s.deps if d not in new_ids})

@@ -228,7 +228,7 @@ class Limits:
     max_key_bytes: int = 1024
     max_value_bytes: int = 4 * 1024 * 1024
     max_event_type_bytes: int = 200
-    max_ops: int = 1000  # compares + writes + appends in one transact
+    max_ops: int = 5000  # compares + writes + appends in one transact
     max_page: int = 10_000
 
 
