@@ -414,7 +414,8 @@ async def plan_size(backend: str, url: str) -> dict[int, float]:
 
 def claims_table(results: list[Result]) -> str:
     lines = [
-        "| backend | design | agents | tasks/s | wasted attempts | claim p50 ms | claim p99 ms | duplicates |",
+        "| backend | design | agents | tasks/s | wasted attempts | claim p50 ms | claim p99 ms "
+        "| duplicates |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [

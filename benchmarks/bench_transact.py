@@ -119,14 +119,18 @@ async def raw_postgres(url: str, duration: float) -> Arm:
     table = unique("rawbench").replace("-", "_")
     try:
         await pool.execute(
-            f"CREATE TABLE {table} (key text PRIMARY KEY, value text NOT NULL, version bigint NOT NULL)"
+            f"CREATE TABLE {table} "
+            "(key text PRIMARY KEY, value text NOT NULL, version bigint NOT NULL)"
         )
 
         async def make(w: int) -> Op:
             key = f"k{w}"
             await pool.execute(f"INSERT INTO {table} VALUES ($1, $2, 1)", key, text)
             version = 1
-            sql = f"UPDATE {table} SET value = $1, version = version + 1 WHERE key = $2 AND version = $3 RETURNING version"
+            sql = (
+                f"UPDATE {table} SET value = $1, version = version + 1 "
+                "WHERE key = $2 AND version = $3 RETURNING version"
+            )
 
             async def op() -> None:
                 nonlocal version
@@ -259,7 +263,7 @@ async def main() -> None:
         med, lo, hi = ratio_stats(pairs)
         print(
             f"| {name} | {ours.name} | {ours.rate:,.0f} | {spread(all_ours)} | "
-            f"{ms(ours.pct(0.5))} | {ms(ours.pct(0.99))} | **{med:.0%}** ({lo:.0%}–{hi:.0%}) |"
+            f"{ms(ours.pct(0.5))} | {ms(ours.pct(0.99))} | **{med:.0%}** ({lo:.0%}-{hi:.0%}) |"
         )
         print(
             f"| {name} | {raw.name} | {raw.rate:,.0f} | {spread(all_raw)} | "

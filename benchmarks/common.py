@@ -69,7 +69,7 @@ def median_arm(arms: list[Arm]) -> Arm:
 
 def spread(arms: list[Arm]) -> str:
     rates = [a.rate for a in arms]
-    return f"{min(rates):,.0f}–{max(rates):,.0f}"
+    return f"{min(rates):,.0f}-{max(rates):,.0f}"
 
 
 def ms(seconds: float) -> str:
