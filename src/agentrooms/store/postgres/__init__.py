@@ -1,0 +1,1 @@
+"""The PostgreSQL backend (``postgresql://``): see :mod:`agentrooms.store.postgres.backend`."""

@@ -1,0 +1,327 @@
+"""The PostgreSQL backend: ``postgresql://user@host:port/dbname?schema=agentrooms``.
+
+Every operation is one statement in one round trip (asyncpg, over the small pool of
+``pool.py``); the SQL lives in ``queries.sql`` and ``schema.sql``, where ``transact`` is
+a PL/pgSQL function that locks, compares and writes in one transaction at READ
+COMMITTED. A put guarded by its own version, the commonest transact, is one plain
+``UPDATE`` (``compare_and_set``).
+
+URL query parameters of our own, removed before the rest reaches asyncpg:
+
+* ``schema`` (default ``agentrooms``): the PostgreSQL schema holding the store, so that
+  several stores can share a database. Created and migrated by :meth:`open`.
+* ``pool_size`` (default 10): the most connections this store opens.
+
+Durability: a transact returns after its commit, which survives a crash when the server
+runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns
+otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Iterator
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from agentrooms.errors import (
+    BadRequest,
+    CursorCompacted,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
+from agentrooms.store.base import (
+    Absent,
+    Compare,
+    Event,
+    FenceAtMost,
+    Limits,
+    PreparedAppend,
+    PreparedWrite,
+    Record,
+    ScanPage,
+    Snapshot,
+    Store,
+    StoreInfo,
+    TransactResult,
+    VersionIs,
+    decode_json,
+)
+from agentrooms.store.postgres.pool import ConnectionPool
+from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
+
+DEFAULT_SCHEMA = "agentrooms"
+DEFAULT_POOL_SIZE = 10
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
+
+_UNAVAILABLE = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+
+
+@contextlib.contextmanager
+def _driver_errors(what: str) -> Iterator[None]:
+    """The one seam where driver errors become ours, the original chained.
+
+    A data exception (SQLSTATE class 22, or an argument the driver cannot encode, such
+    as a lone surrogate in a JSON string) is the caller's input: ``BadRequest``, and the
+    statement failed, so nothing was written. Anything else is ``StoreUnavailable``.
+    """
+    try:
+        yield
+    except asyncpg.exceptions.DataError as exc:
+        raise BadRequest(f"PostgreSQL rejected the input of {what}: {exc}") from exc
+    except asyncpg.ClientConfigurationError as exc:
+        raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _parse_url(url: str) -> tuple[str, str, int]:
+    """Split our own query parameters off ``url``: (asyncpg DSN, schema, pool size)."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in params if k in ("schema", "pool_size")}
+    rest = [(k, v) for k, v in params if k not in own]
+    schema = own.get("schema", DEFAULT_SCHEMA)
+    if not _SCHEMA_NAME.match(schema):
+        raise BadRequest(f"schema {schema!r} must be a lowercase SQL identifier ([a-z0-9_])")
+    size = own.get("pool_size", str(DEFAULT_POOL_SIZE))
+    if not size.isdigit() or not 1 <= int(size) <= 1000:
+        raise BadRequest(f"pool_size {size!r} must be an integer from 1 to 1000")
+    dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+    return dsn, schema, int(size)
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password (in the authority or as a query parameter)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = userinfo.split(":", 1)[0] + "@" + host
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, True) if k != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string above every string starting with ``prefix`` in code point order,
+    ``None`` when no bound is needed (the empty prefix, or one of only U+10FFFF)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(0xE000 if 0xD800 <= code <= 0xDFFF else code)
+    return None
+
+
+def _matches_no_key(prefix: str) -> bool:
+    """A prefix PostgreSQL text cannot hold (NUL, lone surrogate) starts no valid key."""
+    try:
+        prefix.encode()
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in prefix
+
+
+def _compare_args(compares: list[Compare]) -> tuple[list[str], list[str], list[int | None]]:
+    """Compares as the parallel arrays ``transact()`` takes: keys, kinds, arguments."""
+    keys: list[str] = []
+    kinds: list[str] = []
+    args: list[int | None] = []
+    for c in compares:
+        keys.append(c.key)
+        if isinstance(c, VersionIs):
+            kinds.append("version")
+            args.append(c.version)
+        elif isinstance(c, FenceAtMost):
+            kinds.append("fence")
+            args.append(c.fence)
+        else:
+            kinds.append("absent" if isinstance(c, Absent) else "present")
+            args.append(None)
+    return keys, kinds, args
+
+
+def _record(row: Any) -> Record:
+    return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
+
+
+def _session_settings(schema: str) -> dict[str, str]:
+    """Settings of every session the store opens. Our statements are written to plan
+    well for any argument, so they use generic plans (re-planning costs more than they
+    take to run) and never JIT; transact relies on READ COMMITTED, whatever the server's
+    default."""
+    return {
+        "search_path": quote_ident(schema),
+        "application_name": "agentrooms",
+        "default_transaction_isolation": "read committed",
+        "plan_cache_mode": "force_generic_plan",
+        "jit": "off",
+    }
+
+
+class PostgresStore(Store):
+    backend = "postgres"
+
+    def __init__(
+        self, url: str, limits: Limits | None = None, *, pool: ConnectionPool, schema: str
+    ) -> None:
+        super().__init__(url, limits)
+        self.schema = schema
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, url: str, limits: Limits | None = None) -> Self:
+        """Connect, then create or migrate the schema (safe from many processes at once)."""
+        dsn, schema, pool_size = _parse_url(url)
+        connect = functools.partial(asyncpg.connect, dsn, server_settings=_session_settings(schema))
+        pool = ConnectionPool(connect, pool_size)
+        try:
+            with _driver_errors("connect and migrate"):
+                async with pool.acquire() as conn:
+                    await migrate(conn, schema)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pool.close()
+            raise
+        return cls(url, limits, pool=pool, schema=schema)
+
+    async def _fetch(self, name: str, *args: object) -> list[Any]:
+        with _driver_errors(name):
+            return await self._pool.fetch(QUERIES[name].sql, *args)
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        rows = await self._fetch("read", room, keys)
+        found = {row["key"]: _record(row) for row in rows if row["key"] is not None}
+        return Snapshot({k: found[k] for k in keys if k in found}, rows[0]["now"])
+
+    async def _transact(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult:
+        cas = await self._compare_and_set(room, compares, writes, appends)
+        if cas is not None:
+            return cas
+        keys = sorted({c.key for c in compares} | {w.key for w in writes})
+        puts = [w for w in writes if w.value_json is not None]
+        [row] = await self._fetch(
+            "transact",
+            room,
+            keys,
+            *_compare_args(compares),
+            [w.key for w in puts],
+            [w.value_json for w in puts],
+            [w.ttl_ms for w in puts],
+            [w.key for w in writes if w.value_json is None],
+            [a.type for a in appends],
+            [a.data_json for a in appends],
+        )
+        if row["stale_at"] is not None:
+            stale = compares[row["stale_at"] - 1]
+            assert isinstance(stale, FenceAtMost)
+            current = row["stale_current"]
+            raise StaleFence(stale.key, stale.fence, None if current is None else int(current))
+        if row["conflict_keys"] is not None:
+            raise VersionConflict(
+                dict(zip(row["conflict_keys"], row["conflict_versions"], strict=True))
+            )
+        first = row["first_seq"]
+        return TransactResult(
+            dict(zip([w.key for w in puts], row["versions"] or (), strict=True)),
+            list(range(first, first + len(appends))) if appends else [],
+            row["now"],
+        )
+
+    async def _compare_and_set(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult | None:
+        """The commonest transact, a put guarded by its own version, as one plain UPDATE:
+        the result when it applied, else ``None`` (the general path then finds out why,
+        and a failed compare never becomes true again: versions are not reused)."""
+        if appends or len(compares) != 1 or len(writes) != 1:
+            return None
+        [c], [w] = compares, writes
+        if not (isinstance(c, VersionIs) and c.key == w.key and w.value_json is not None):
+            return None
+        if c.version > _SEQ_MAX:  # no version is that high, and it would overflow bigint
+            return None
+        rows = await self._fetch("compare_and_set", room, w.key, w.value_json, w.ttl_ms, c.version)
+        if not rows:
+            return None
+        return TransactResult({w.key: rows[0]["version"]}, [], rows[0]["now"])
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        if _matches_no_key(prefix):
+            return ScanPage([], None, (await self._fetch("read", room, []))[0]["now"])
+        end = _prefix_end(prefix)
+        if end is None:
+            rows = await self._fetch("scan_to_end", room, prefix, after or "", limit)
+        else:
+            rows = await self._fetch("scan", room, prefix, end, after or "", limit)
+        records = [_record(row) for row in rows if row["key"] is not None]
+        more = rows[0]["more"] and records
+        return ScanPage(records, records[-1].key if more else None, rows[0]["now"])
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        rows = await self._fetch("read_log", room, min(after, _SEQ_MAX), limit)
+        low = rows[0]["low"]
+        if after + 1 < low:
+            raise CursorCompacted(room, after, low)
+        return [
+            Event(row["seq"], row["type"], decode_json(row["data"]), row["time"])
+            for row in rows
+            if row["seq"] is not None
+        ]
+
+    async def _trim_log(self, room: str, before: int) -> int:
+        [row] = await self._fetch("trim_log", room, min(before, _SEQ_MAX))
+        low: int = row[0]
+        return low
+
+    async def _last_seq(self, room: str) -> int:
+        [row] = await self._fetch("last_seq", room)
+        seq: int = row[0]
+        return seq
+
+    async def _info(self) -> StoreInfo:
+        [row] = await self._fetch("settings")
+        settings = dict(row.items())
+        warnings = []
+        if settings["fsync"] != "on":
+            warnings.append("fsync is off: a crash of the server can lose or corrupt data")
+        if settings["synchronous_commit"] == "off":
+            warnings.append(
+                "synchronous_commit is off: a crash can lose recently acknowledged transacts"
+            )
+        if settings["full_page_writes"] != "on":
+            warnings.append("full_page_writes is off: a crash can corrupt data pages")
+        durable = settings["fsync"] == "on" and settings["synchronous_commit"] != "off"
+        durability = (
+            "commit: a transact returns once its commit is flushed to the write-ahead log"
+            if durable
+            else "weak: a transact may be acknowledged before its commit is on disk"
+        )
+        details = {**settings, "schema": self.schema, "pool_size": self._pool.size}
+        return StoreInfo(self.backend, _redact(self.url), durability, warnings, details)
+
+    async def _close(self) -> None:
+        with _driver_errors("close"):
+            await self._pool.close()

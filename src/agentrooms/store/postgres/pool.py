@@ -1,0 +1,100 @@
+"""The PostgreSQL backend's connection pool: as small as what the store needs.
+
+Why not ``asyncpg.Pool``: each of its calls costs about as much client CPU as the short
+statement it runs (every release runs in a new task under ``asyncio.shield``, resets the
+session and re-arms a timer), and the store's calls are short statements. This pool:
+
+* opens at most ``size`` connections, on demand, and reuses the most recent idle one;
+* runs nothing on release: the store's sessions keep no state between statements (no
+  explicit transactions but during migration, no ``SET``, no ``LISTEN``);
+* retires a connection that raised anything (a server error, a broken socket, a
+  cancelled call), since its state is then unknown: it is closed in the background, which
+  first lets asyncpg's cancel request reach the server, so that a statement whose caller
+  gave up is interrupted rather than left to commit unobserved;
+* on :meth:`close`, closes the idle connections, and the busy ones as they come back.
+
+Errors are the driver's (``asyncpg.InterfaceError`` once closed); the backend translates
+them at its one seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+_CLOSE_TIMEOUT = 10.0  # seconds a retired connection gets to close before it is cut
+
+
+class ConnectionPool:
+    def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], size: int) -> None:
+        self.size = size
+        self._connect = connect
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[asyncpg.Connection] = []
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for the caller alone until the block ends."""
+        async with self._slots:
+            conn = await self._take()
+            try:
+                yield conn
+            except BaseException:
+                self._retire(conn)
+                raise
+            await self._give_back(conn)
+
+    async def fetch(self, query: str, *args: object) -> list[Any]:
+        """Run one statement on an idle connection (``acquire`` inlined: the hot path)."""
+        async with self._slots:
+            conn = await self._take()
+            try:
+                rows: list[Any] = await conn.fetch(query, *args)
+            except BaseException:
+                self._retire(conn)
+                raise
+            await self._give_back(conn)
+            return rows
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+        await asyncio.gather(*self._retiring)
+
+    async def _take(self) -> asyncpg.Connection:
+        if self._closed:
+            raise asyncpg.InterfaceError("the store is closed")
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():  # the server may have closed it while idle
+                return conn
+        return await self._connect()
+
+    async def _give_back(self, conn: asyncpg.Connection) -> None:
+        if self._closed:
+            await conn.close()
+        else:
+            self._idle.append(conn)
+
+    def _retire(self, conn: asyncpg.Connection) -> None:
+        task = asyncio.get_running_loop().create_task(self._close_or_cut(conn))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    @staticmethod
+    async def _close_or_cut(conn: asyncpg.Connection) -> None:
+        try:
+            await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)
+        except Exception:
+            conn.terminate()
+        except asyncio.CancelledError:
+            conn.terminate()
+            raise

@@ -1,0 +1,135 @@
+-- The named queries of the PostgreSQL backend, loaded once at start-up (sql.py).
+--
+-- Each query starts with a "-- name: NAME" line and a one-line description; $1, $2, ...
+-- are its arguments (further comments are part of the SQL). They run with the search_path
+-- set to the store's schema, so no table is qualified. Times go out as float epoch
+-- seconds; JSON goes in and out as text.
+
+-- name: namespace_exists
+-- Whether schema $1 (a quoted identifier) exists.
+SELECT to_regnamespace($1) IS NOT NULL;
+
+-- name: schema_exists
+-- Whether the store's schema has a migrations table yet.
+SELECT to_regclass('schema_migrations') IS NOT NULL;
+
+-- name: schema_version
+-- The newest migration applied to the store's schema.
+SELECT coalesce(max(version), 0) FROM schema_migrations;
+
+-- name: lock_migrations
+-- Serialise changes to schema $1 by every opener, in every process, until commit.
+SELECT pg_advisory_xact_lock(hashtextextended('agentrooms.migrate:' || $1, 0));
+
+-- name: record_migration
+-- Note migration $1 (named $2) as applied.
+INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
+
+-- name: read
+-- The live records among keys $2 of room $1, and the store clock, in one snapshot.
+-- One row with a NULL key when none is live.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT extract(epoch FROM clock.ts)::float8 AS now,
+       r.key, r.value, r.version,
+       extract(epoch FROM r.expires_at)::float8 AS expires_at
+  FROM clock
+  LEFT JOIN records AS r
+         ON r.room = $1 AND r.key = ANY ($2::text[])
+        AND (r.expires_at IS NULL OR r.expires_at > clock.ts);
+
+-- name: transact
+-- Check compares, apply writes and appends, all or nothing: see transact() in schema.sql.
+SELECT now, versions, first_seq, stale_at, stale_current,
+       conflict_keys, conflict_versions
+  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: compare_and_set
+-- The commonest transact, a put guarded by its own version, as one plain statement.
+-- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5; no row if
+-- not (then transact() says why).
+UPDATE records
+   SET value = $3,
+       version = nextval('record_version'),
+       expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+ WHERE room = $1 AND key = $2 AND version = $5
+   AND (expires_at IS NULL OR expires_at > clock_timestamp())
+RETURNING version, extract(epoch FROM clock_timestamp())::float8 AS now;
+
+-- name: scan
+-- A page of live records of room $1 in key order, and whether more keys follow it.
+-- $2 <= key < $3 (a prefix's range), key > $4, at most $5 records; "more": a full page
+-- and some key of the range (live or not) after it.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+page AS MATERIALIZED (
+    SELECT r.key, r.value, r.version, r.expires_at
+      FROM records AS r, clock
+     WHERE r.room = $1 AND r.key >= $2 AND r.key < $3 AND r.key > $4
+       AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+     ORDER BY r.key
+     LIMIT $5
+)
+SELECT extract(epoch FROM clock.ts)::float8 AS now,
+       page.key, page.value, page.version,
+       extract(epoch FROM page.expires_at)::float8 AS expires_at,
+       (SELECT count(*) FROM page) = $5 AND EXISTS (
+           SELECT 1 FROM records AS m
+            WHERE m.room = $1 AND m.key < $3 AND m.key > (SELECT max(key) FROM page)
+       ) AS more
+  FROM clock
+  LEFT JOIN page ON true
+ ORDER BY page.key;
+
+-- name: scan_to_end
+-- As scan, for a range with no upper bound (the empty prefix).
+-- key >= $2, key > $3, at most $4 records.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+page AS MATERIALIZED (
+    SELECT r.key, r.value, r.version, r.expires_at
+      FROM records AS r, clock
+     WHERE r.room = $1 AND r.key >= $2 AND r.key > $3
+       AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+     ORDER BY r.key
+     LIMIT $4
+)
+SELECT extract(epoch FROM clock.ts)::float8 AS now,
+       page.key, page.value, page.version,
+       extract(epoch FROM page.expires_at)::float8 AS expires_at,
+       (SELECT count(*) FROM page) = $4 AND EXISTS (
+           SELECT 1 FROM records AS m
+            WHERE m.room = $1 AND m.key > (SELECT max(key) FROM page)
+       ) AS more
+  FROM clock
+  LEFT JOIN page ON true
+ ORDER BY page.key;
+
+-- name: read_log
+-- Room $1's first readable seq and up to $3 events after seq $2, in one snapshot.
+-- No events when $2 is before the first readable one; one row with a NULL seq if none.
+WITH room AS MATERIALIZED (
+    SELECT coalesce((SELECT low FROM rooms WHERE room = $1), 1) AS low
+)
+SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time
+  FROM room
+  LEFT JOIN LATERAL (
+      SELECT seq, type, data, time
+        FROM events
+       WHERE events.room = $1 AND events.seq > $2 AND $2 + 1 >= room.low
+       ORDER BY seq
+       LIMIT $3
+  ) AS e ON true
+ ORDER BY e.seq;
+
+-- name: trim_log
+-- Drop room $1's events before seq $2; returns the first readable seq (see schema.sql).
+SELECT trim_log($1, $2);
+
+-- name: last_seq
+-- The sequence number of room $1's newest event, 0 if it never appended.
+SELECT coalesce((SELECT seq FROM rooms WHERE room = $1), 0);
+
+-- name: settings
+-- The server settings that decide whether an acknowledged commit survives a crash.
+SELECT current_setting('fsync') AS fsync,
+       current_setting('synchronous_commit') AS synchronous_commit,
+       current_setting('full_page_writes') AS full_page_writes,
+       current_setting('server_version') AS server_version;

@@ -1,0 +1,231 @@
+-- The agentrooms PostgreSQL schema, current version.
+--
+-- A fresh store is created by running this file; an existing one is brought here by the
+-- numbered files in migrations/ (tests/unit/test_postgres_schema.py checks that both give
+-- the same schema). Nothing here names a schema: every object lands in the one the store
+-- URL names (?schema=, default "agentrooms") through the search_path, and the functions
+-- keep that search_path (SET search_path FROM CURRENT) whoever calls them. They also use
+-- generic plans (written to be good for any argument): re-planning their statements on
+-- every call would cost more than running them.
+--
+-- Keys and room names use COLLATE "C": byte order of UTF-8, which is Unicode code point
+-- order, the order scan() promises. Values and event data are JSON *text* exactly as the
+-- client encoded it (not jsonb, which would reorder keys and rewrite numbers).
+
+-- The migrations applied to this schema (migrations/NNNN_name.sql).
+CREATE TABLE schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Record versions: one sequence for the whole store, so a version is never reused, not
+-- even after a delete and re-create, and no counter row is a lock every write waits on.
+CREATE SEQUENCE record_version AS bigint;
+
+-- (room, key) -> value, version, expiry. value is NULL only for a lock placeholder that
+-- transact() inserts for an absent key and deletes before it returns: never committed.
+CREATE TABLE records (
+    room       text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    value      text,
+    version    bigint NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (room, key)
+) WITH (fillfactor = 85);
+
+-- One row per room that has appended or trimmed: the last sequence number given (seq) and
+-- the first one still readable (low). Only appending transacts lock it.
+CREATE TABLE rooms (
+    room text COLLATE "C" PRIMARY KEY,
+    seq  bigint NOT NULL DEFAULT 0,
+    low  bigint NOT NULL DEFAULT 1
+) WITH (fillfactor = 85);
+
+-- Each room's event log, numbered 1, 2, ... without gaps in commit order.
+CREATE TABLE events (
+    room text COLLATE "C" NOT NULL,
+    seq  bigint NOT NULL,
+    type text NOT NULL,
+    data text NOT NULL,
+    time timestamptz NOT NULL,
+    PRIMARY KEY (room, seq)
+);
+
+-- The fencing token of a record's value: the integer "fence" field of a JSON object,
+-- else 0. The same rule as agentrooms.store.base.fence_of (a float or a boolean is not a
+-- token); numeric, because a JSON integer can be larger than bigint.
+CREATE FUNCTION fence_of(value text) RETURNS numeric
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE
+               WHEN json_typeof(j) = 'object'
+                AND json_typeof(j -> 'fence') = 'number'
+                AND (j ->> 'fence') ~ '^-?[0-9]+$'
+               THEN (j ->> 'fence')::numeric
+               ELSE 0
+           END
+      FROM (SELECT value::json AS j) AS parsed
+$$;
+
+-- transact: the store's one atomic primitive, in one round trip and one transaction
+-- (READ COMMITTED is enough: every row it decides on is locked first).
+--
+-- Takes: the room; p_keys, every key compared or written, distinct and sorted in code
+-- point order; the compares as parallel arrays (key, kind: version|absent|present|fence,
+-- arg: the version or fence compared against, NULL otherwise); the puts (key, JSON text,
+-- ttl in ms or NULL); the keys to delete; the events to append (type, JSON text).
+--
+-- Returns one row. On success: now (the store clock, epoch seconds), versions (the new
+-- version of each put, in p_put_keys order) and first_seq (the sequence number of the
+-- first appended event; the others follow it). On a failed compare nothing is changed
+-- and the row says why: stale_at (1-based index of the first stale FenceAtMost) and
+-- stale_current (the holder's fence, NULL if the record is absent), else
+-- conflict_keys/conflict_versions (every failing key with its current version, NULL if
+-- absent).
+--
+-- Locks, always in this order so that transacts never deadlock: the record rows of
+-- p_keys in key order (an absent key gets a placeholder row, so absence is locked too and
+-- concurrent creators of a key queue behind each other), then the room's row if it
+-- appends. All are held to commit.
+CREATE FUNCTION transact(
+    p_room       text,
+    p_keys       text[],
+    p_cmp_keys   text[],
+    p_cmp_kinds  text[],
+    p_cmp_args   numeric[],
+    p_put_keys   text[],
+    p_put_values text[],
+    p_put_ttls   bigint[],
+    p_del_keys   text[],
+    p_types      text[],
+    p_datas      text[],
+    OUT now               double precision,
+    OUT versions          bigint[],
+    OUT first_seq         bigint,
+    OUT stale_at          bigint,
+    OUT stale_current     numeric,
+    OUT conflict_keys     text[],
+    OUT conflict_versions bigint[]
+)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now          timestamptz;
+    v_placeholders bigint;
+    v_version      bigint;
+BEGIN
+    -- 1. Lock every key: an existing row is locked (WHERE false: locked, not rewritten),
+    --    an absent one gets a placeholder that a concurrent creator waits behind.
+    INSERT INTO records AS r (room, key, value, version)
+    SELECT p_room, k.key, NULL, 0
+      FROM unnest(p_keys) WITH ORDINALITY AS k (key, i)
+     ORDER BY k.i
+        ON CONFLICT (room, key) DO UPDATE SET version = r.version WHERE false;
+    GET DIAGNOSTICS v_placeholders = ROW_COUNT;
+
+    -- 2. Appending: lock the room's row, held to commit, so sequence numbers are gapless
+    --    and become visible in order.
+    IF cardinality(p_types) > 0 THEN
+        INSERT INTO rooms AS r (room) VALUES (p_room)
+            ON CONFLICT (room) DO UPDATE SET seq = r.seq WHERE false;
+    END IF;
+
+    -- The store clock, read once everything is locked: expiry, TTLs, event times.
+    v_now := clock_timestamp();
+    now := extract(epoch FROM v_now);
+
+    -- 3. Compares, against live rows (a placeholder or an expired record is absent).
+    IF cardinality(p_cmp_keys) > 0 THEN
+        SELECT (array_agg(c.i ORDER BY c.i) FILTER (WHERE c.stale))[1],
+               (array_agg(c.fence ORDER BY c.i) FILTER (WHERE c.stale))[1],
+               array_agg(c.key) FILTER (WHERE c.failed),
+               array_agg(c.version) FILTER (WHERE c.failed)
+          INTO stale_at, stale_current, conflict_keys, conflict_versions
+          FROM (
+              SELECT c.i, c.key, cur.version, cur.fence,
+                     c.kind = 'fence'
+                         AND (cur.version IS NULL OR cur.fence > c.arg) AS stale,
+                     CASE c.kind
+                         WHEN 'version' THEN cur.version IS DISTINCT FROM c.arg
+                         WHEN 'absent' THEN cur.version IS NOT NULL
+                         WHEN 'present' THEN cur.version IS NULL
+                         ELSE false
+                     END AS failed
+                FROM unnest(p_cmp_keys, p_cmp_kinds, p_cmp_args)
+                     WITH ORDINALITY AS c (key, kind, arg, i)
+                LEFT JOIN LATERAL (
+                    SELECT r.version,
+                           CASE WHEN c.kind = 'fence' THEN fence_of(r.value) END AS fence
+                      FROM records AS r
+                     WHERE r.room = p_room AND r.key = c.key AND r.value IS NOT NULL
+                       AND (r.expires_at IS NULL OR r.expires_at > v_now)
+                ) AS cur ON true
+          ) AS c;
+        IF stale_at IS NOT NULL OR conflict_keys IS NOT NULL THEN
+            IF v_placeholders > 0 THEN
+                DELETE FROM records
+                 WHERE room = p_room AND key = ANY (p_keys) AND value IS NULL;
+            END IF;
+            IF stale_at IS NOT NULL THEN  -- a stale fence takes precedence
+                conflict_keys := NULL;
+                conflict_versions := NULL;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- 4. Puts, one primary-key update each: every row exists (record or placeholder)
+    --    and is ours.
+    FOR i IN 1 .. coalesce(cardinality(p_put_keys), 0) LOOP
+        UPDATE records
+           SET value = p_put_values[i],
+               version = nextval('record_version'),
+               expires_at = v_now + p_put_ttls[i] * interval '1 millisecond'
+         WHERE room = p_room AND key = p_put_keys[i]
+        RETURNING version INTO v_version;
+        versions[i] := v_version;
+    END LOOP;
+
+    -- 5. Deletes, and the placeholders no put turned into a record.
+    IF cardinality(p_del_keys) > 0 OR v_placeholders > 0 THEN
+        DELETE FROM records
+         WHERE room = p_room AND key = ANY (p_keys)
+           AND (value IS NULL OR key = ANY (p_del_keys));
+    END IF;
+
+    -- 6. Appends: the next numbers of the room's sequence.
+    IF cardinality(p_types) > 0 THEN
+        UPDATE rooms SET seq = seq + cardinality(p_types)
+         WHERE room = p_room
+        RETURNING seq - cardinality(p_types) + 1 INTO first_seq;
+        INSERT INTO events (room, seq, type, data, time)
+        SELECT p_room, first_seq + e.i - 1, e.type, e.data, v_now
+          FROM unnest(p_types, p_datas) WITH ORDINALITY AS e (type, data, i);
+    END IF;
+END
+$$;
+
+-- trim_log: drop the room's events before p_before (capped at the newest event + 1) and
+-- return the first sequence number still readable, which never decreases. Locks the
+-- room's row, so it waits for appends in flight and the delete sees every one of them.
+CREATE FUNCTION trim_log(p_room text, p_before bigint) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_low bigint;
+BEGIN
+    UPDATE rooms SET low = greatest(low, least(p_before, seq + 1))
+     WHERE room = p_room
+    RETURNING low INTO v_low;
+    IF NOT FOUND THEN
+        RETURN 1;  -- nothing was ever appended
+    END IF;
+    DELETE FROM events WHERE room = p_room AND seq < v_low;
+    RETURN v_low;
+END
+$$;
