@@ -116,9 +116,7 @@ async def test_compare_on_a_key_that_is_not_written(store: Store, room: str) -> 
 
 
 async def test_failed_multi_key_transact_changes_nothing(store: Store, room: str) -> None:
-    first = await store.transact(
-        room, writes=[Put("a", 1), Put("b", 1)], appends=[Append("setup")]
-    )
+    first = await store.transact(room, writes=[Put("a", 1), Put("b", 1)], appends=[Append("setup")])
     va, vb = first.versions["a"], first.versions["b"]
     await store.transact(room, writes=[Put("b", 2)])
     with pytest.raises(VersionConflict) as info:
@@ -218,7 +216,9 @@ async def _race(backend: Backend, room: str, writers: int) -> None:
             )
             return result.versions["doc"]
 
-        outcomes = await asyncio.gather(*(writer(i) for i in range(writers)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(writer(i) for i in range(writers)), return_exceptions=True
+        )
         wins = [o for o in outcomes if isinstance(o, int)]
         losses = [o for o in outcomes if isinstance(o, BaseException)]
         assert len(wins) == 1, outcomes
@@ -454,6 +454,9 @@ async def _assert_unchanged(store: Store, room: str) -> None:
         pytest.param({"writes": [Put("x", 1, ttl=-1)]}, id="negative-ttl"),
         pytest.param({"writes": [Put("x", 1, ttl=0)]}, id="zero-ttl"),
         pytest.param({"writes": [Put("x", 1, ttl=math.inf)]}, id="inf-ttl"),
+        pytest.param({"writes": [Put("x", 1, ttl=1e12)]}, id="huge-ttl"),
+        pytest.param({"writes": [Put("x", "lone \ud800 surrogate")]}, id="lone-surrogate"),
+        pytest.param({"appends": [Append("e", {"k": "\udfff"})]}, id="surrogate-event"),
         pytest.param({"writes": [Put("x", 1), Put("x", 2)]}, id="key-twice"),
         pytest.param({"compares": [VersionIs("k", -1)]}, id="negative-version"),
         pytest.param({"appends": [Append("", 1)]}, id="empty-event-type"),

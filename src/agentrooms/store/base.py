@@ -37,6 +37,9 @@ from agentrooms.errors import BadRequest, PayloadTooLarge, StaleFence, VersionCo
 JSON: TypeAlias = Any
 """Any value ``json.dumps`` accepts without ``default=`` (NaN and infinities excluded)."""
 
+MAX_TTL = 10 * 365 * 86_400.0
+"""The longest TTL a record may have (ten years), within every backend's clock range."""
+
 FENCE_FIELD = "fence"
 """The top-level field of a record's JSON object that holds its fencing token."""
 
@@ -234,8 +237,12 @@ def encode_json(value: JSON, what: str, limit: int) -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadRequest(f"{what} is not JSON-serialisable: {exc}") from exc
-    if len(text) > limit // 4 and len(text.encode()) > limit:
-        raise PayloadTooLarge(f"{what} is {len(text.encode())} bytes, over the {limit} limit")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate: no backend can store it
+        raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
+    if size > limit:
+        raise PayloadTooLarge(f"{what} is {size} bytes, over the {limit} limit")
     return text
 
 
@@ -288,8 +295,8 @@ def ttl_to_ms(ttl: object) -> int | None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int | float):
         raise BadRequest(f"ttl must be a number of seconds, not {type(ttl).__name__}")
-    if not math.isfinite(ttl) or ttl <= 0:
-        raise BadRequest(f"ttl must be a positive, finite number of seconds, got {ttl}")
+    if not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL:
+        raise BadRequest(f"ttl must be a positive number of seconds up to {MAX_TTL:.0f}, got {ttl}")
     return max(1, math.ceil(ttl * 1000))
 
 
@@ -330,7 +337,9 @@ def prepare_transact(
         if not isinstance(a, Append):
             raise BadRequest(f"not an append: {a!r}")
         kind = _check_name(a.type, "event type", limits.max_event_type_bytes)
-        events.append(PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes)))
+        events.append(
+            PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes))
+        )
     return cmp_list, prepared, events
 
 
