@@ -1,0 +1,362 @@
+"""The Redis backend: every operation is one Lua script, run atomically by the server.
+
+Open with ``redis://host:port/db?prefix=NAME`` (or ``rediss://`` for TLS). ``prefix``
+(default ``ar``) namespaces every key, so deployments and test runs can share a server;
+every other query parameter goes to redis-py. The key layout is in
+:mod:`agentrooms.store.redis.keys`; each script's KEYS, ARGV and reply are documented at
+the top of its ``.lua`` file next to this module.
+
+Round trips: one per call. ``read``, ``transact``, ``scan``, ``read_log`` and
+``trim_log`` are one EVALSHA each, ``last_seq`` one HGET. The scripts are loaded when the
+store is opened; if the server forgets them (restart, failover, SCRIPT FLUSH) the next
+call loads its script again and retries, once.
+
+Time is the server's: each script reads ``TIME`` and judges expiry by it. The fencing
+token of a value is computed here with :func:`~agentrooms.store.base.fence_of` when it is
+written and stored beside the value, so a fence compare is exact for any integer and the
+script never decodes JSON.
+
+Every call goes through :meth:`RedisStore._call`, the one seam: it waits for a free
+connection (at most ``max_connections``, default 100; callers queue rather than fail),
+bounds the whole call by ``socket_timeout`` (default 5 s), and turns driver errors into
+``StoreUnavailable`` with the cause chained. redis-py itself is told not to retry (a
+retried EVALSHA could apply a transact twice: the caller gets ``StoreUnavailable``, outcome
+unknown, and retries its idempotent command) and not to time sockets out itself (one
+deadline per call instead of a timer per read and, on Python 3.11, a task per send).
+
+The hot path is lean: EVALSHA is packed here (:func:`pack_evalsha`) and sent on a pooled
+connection directly, skipping redis-py's per-command machinery; with the one deadline
+this makes a transact cost the client about what the bare redis-py EVALSHA costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from typing import Any, Self, TypeVar
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from agentrooms.errors import (
+    BadRequest,
+    CursorCompacted,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
+from agentrooms.store.base import (
+    Absent,
+    Compare,
+    Event,
+    FenceAtMost,
+    Limits,
+    PreparedAppend,
+    PreparedWrite,
+    Record,
+    ScanPage,
+    Snapshot,
+    Store,
+    StoreInfo,
+    TransactResult,
+    VersionIs,
+    fence_of,
+)
+from agentrooms.store.redis.durability import judge
+from agentrooms.store.redis.keys import redact_url, room_keys, split_url
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds one call may take, pool wait included, unless the URL gives ``socket_timeout``."""
+
+MAX_SEQ = 2**53
+"""No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
+``before`` arguments are clamped to it, which changes no answer."""
+
+T = TypeVar("T")
+_Arg = str | int | bytes
+
+
+class _Script:
+    """One ``.lua`` file of this package: its text and SHA1, read once per process."""
+
+    __slots__ = ("name", "sha", "text")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+
+
+_TRANSACT = _Script("transact")
+_READ = _Script("read")
+_SCAN = _Script("scan")
+_READ_LOG = _Script("read_log")
+_TRIM_LOG = _Script("trim_log")
+SCRIPTS = (_TRANSACT, _READ, _SCAN, _READ_LOG, _TRIM_LOG)
+
+
+# ------------------------------------------------------------- arguments and replies
+
+
+def compare_arg(c: Compare) -> str:
+    """One compare as ``transact.lua`` takes it."""
+    if isinstance(c, VersionIs):
+        return f"v{c.version}"
+    if isinstance(c, FenceAtMost):
+        return f"f{c.fence}"
+    return "a" if isinstance(c, Absent) else "p"
+
+
+def put_options(w: PreparedWrite) -> str:
+    """A put's options as ``transact.lua`` takes them: ``t<ttl ms>`` and ``f<fence>``.
+
+    The fence is decoded only from a top-level object with a ``"fence":`` member; for
+    any other value this is a substring test.
+    """
+    assert w.value_json is not None
+    text = w.value_json
+    fence = 0
+    if text.startswith("{") and '"fence":' in text:
+        fence = fence_of(json.loads(text))
+    if w.ttl_ms is None:
+        return f"f{fence}" if fence else ""
+    return f"t{w.ttl_ms} f{fence}" if fence else f"t{w.ttl_ms}"
+
+
+def pack_evalsha(sha: str, keys: Sequence[_Arg], args: Sequence[_Arg]) -> list[bytes]:
+    """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings, the bytes
+    redis-py's ``pack_command`` makes, at a quarter of its cost (it calls an encoder per
+    argument and rebuilds its buffer per argument). Large arguments are not copied."""
+    head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + len(keys) + len(args), sha.encode())
+    parts = [head]
+    for arg in (len(keys), *keys, *args):  # text is valid Unicode: base.py checks it
+        if isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, int):
+            data = b"%d" % arg
+        else:
+            data = arg
+        if len(data) < 4096:
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        else:
+            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+    return parts
+
+
+def _record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
+    expires_at = None if expires is None else int(expires) / 1000.0
+    return Record(key, json.loads(value), int(version), expires_at)
+
+
+def _failure(compares: list[Compare], reply: list[Any]) -> Exception:
+    """The error a failed ``transact.lua`` reply stands for."""
+    if reply[0] == 1:
+        c = compares[reply[1] - 1]
+        assert isinstance(c, FenceAtMost)
+        return StaleFence(c.key, c.fence, None if reply[2] is None else int(reply[2]))
+    return VersionConflict(
+        {
+            compares[reply[i] - 1].key: None if reply[i + 1] is None else int(reply[i + 1])
+            for i in range(1, len(reply), 2)
+        }
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ------------------------------------------------------------------------- the store
+
+
+class RedisStore(Store):
+    backend = "redis"
+
+    def __init__(self, url: str, limits: Limits | None = None) -> None:
+        super().__init__(url, limits)
+        driver_url, self.prefix = split_url(url)
+        try:
+            options: dict[str, Any] = dict(parse_url(driver_url))
+        except ValueError as exc:
+            raise BadRequest(f"not a usable Redis URL {redact_url(url)!r}: {exc}") from exc
+        self.timeout = float(options.get("socket_timeout", DEFAULT_TIMEOUT))
+        options.setdefault("socket_connect_timeout", self.timeout)
+        # ours, whatever the URL says: one deadline per call, no retries, bytes replies
+        options.update(socket_timeout=None, retry=Retry(NoBackoff(), 0), decode_responses=False)
+        pool = ConnectionPool(**options)
+        try:  # connections are made lazily: check the URL's parameters now (no IO)
+            pool.connection_class(**pool.connection_kwargs)
+        except TypeError as exc:
+            raise BadRequest(f"unknown parameter in Redis URL {redact_url(url)!r}: {exc}") from exc
+        self._redis: Redis = Redis.from_pool(pool)
+        self._free = asyncio.Semaphore(pool.max_connections)
+
+    @classmethod
+    async def open(cls, url: str, limits: Limits | None = None) -> Self:
+        store = cls(url, limits)
+        try:
+            await store._call(store._load_scripts)
+        except BaseException:
+            await store._redis.aclose()
+            raise
+        return store
+
+    async def _call(self, command: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """The one seam between agentrooms and redis-py (see the module docstring)."""
+        await self._free.acquire()
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await command(*args)
+        except (RedisError, OSError) as exc:  # a timeout is an OSError too
+            raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._free.release()
+
+    async def _load_scripts(self) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for script in SCRIPTS:
+                pipe.script_load(script.text)
+            shas = await pipe.execute()
+        for script, sha in zip(SCRIPTS, shas, strict=True):
+            if _text(sha) != script.sha:
+                raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
+
+    async def _run(self, script: _Script, keys: Sequence[_Arg], args: Sequence[_Arg]) -> Any:
+        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
+        return await self._call(self._eval, script, pack_evalsha(script.sha, keys, args))
+
+    async def _eval(self, script: _Script, command: list[bytes]) -> Any:
+        try:
+            return await self._send(command)
+        except NoScriptError:
+            await self._redis.script_load(script.text)
+            return await self._send(command)
+
+    async def _send(self, command: list[bytes]) -> Any:
+        """One packed command on a pooled connection, without ``execute_command``'s retry
+        and observability layers (a third of the client's time per call; we retry
+        nothing). ``send_packed_command`` and ``read_response`` disconnect the connection
+        on any error or cancellation, so it never returns to the pool half-read."""
+        pool = self._redis.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
+        try:
+            await conn.send_packed_command(command)
+            return await conn.read_response()
+        finally:
+            await pool.release(conn)
+
+    # -- the contract --------------------------------------------------------------
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        base = room_keys(self.prefix, room).record
+        reply = await self._run(_READ, [base + k for k in keys], ())
+        found = {}
+        for i, key in enumerate(keys, 1):
+            version = reply[3 * i - 2]
+            if version is not None:
+                found[key] = _record(key, version, reply[3 * i - 1], reply[3 * i])
+        return Snapshot(found, reply[0] / 1000.0)
+
+    async def _transact(
+        self,
+        room: str,
+        compares: list[Compare],
+        writes: list[PreparedWrite],
+        appends: list[PreparedAppend],
+    ) -> TransactResult:
+        meta, scan, log, base = room_keys(self.prefix, room)
+        keys = [meta, scan, log]
+        args: list[_Arg] = [len(compares)]
+        for c in compares:
+            keys.append(base + c.key)
+            args.append(compare_arg(c))
+        puts = []
+        for w in writes:
+            keys.append(base + w.key)
+            if w.value_json is None:
+                args += (w.key, "", "")
+            else:
+                puts.append(w.key)
+                args += (w.key, w.value_json, put_options(w))
+        for a in appends:
+            args += (a.type, a.data_json)
+        reply = await self._run(_TRANSACT, keys, args)
+        if reply[0] != 0:
+            raise _failure(compares, reply)
+        first_version = reply[2] - len(puts) + 1
+        last_seq = reply[3]
+        return TransactResult(
+            {key: first_version + i for i, key in enumerate(puts)},
+            list(range(last_seq - len(appends) + 1, last_seq + 1)),
+            reply[1] / 1000.0,
+        )
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        keys = room_keys(self.prefix, room)
+        low = b"[" + prefix.encode() if prefix else b"-"
+        if after is not None and after >= prefix:
+            low = b"(" + after.encode()
+        high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
+        reply = await self._run(_SCAN, [keys.scan], [keys.record, low, high, limit])
+        records = [
+            _record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
+            for i in range(2, len(reply), 4)
+        ]
+        next_after = None if reply[1] is None else reply[1].decode()
+        return ScanPage(records, next_after, reply[0] / 1000.0)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        keys = room_keys(self.prefix, room)
+        args = [min(after, MAX_SEQ), limit]
+        status, body = await self._run(_READ_LOG, [keys.meta, keys.log], args)
+        if status == 0:
+            raise CursorCompacted(room, after, body)
+        # fields are always ('t', type, 'd', data, 'ms', time), as transact.lua adds them
+        return [
+            Event(int(eid[: eid.index(b"-")]), f[1].decode(), json.loads(f[3]), int(f[5]) / 1000.0)
+            for eid, f in body
+        ]
+
+    async def _trim_log(self, room: str, before: int) -> int:
+        keys = room_keys(self.prefix, room)
+        low: int = await self._run(_TRIM_LOG, [keys.meta, keys.log], [min(before, MAX_SEQ)])
+        return low
+
+    async def _last_seq(self, room: str) -> int:
+        seq = await self._call(self._redis.hget, room_keys(self.prefix, room).meta, "seq")
+        return 0 if seq is None else int(seq)
+
+    async def _info(self) -> StoreInfo:
+        config, version = await self._call(self._settings)
+        durability, warnings = judge(config)
+        return StoreInfo(
+            backend=self.backend,
+            url=redact_url(self.url),
+            durability=durability,
+            warnings=warnings,
+            details={"prefix": self.prefix, "redis_version": version, **config},
+        )
+
+    async def _settings(self) -> tuple[dict[str, str], str | None]:
+        """Persistence and eviction settings (CONFIG GET; INFO when CONFIG is disabled)."""
+        config: dict[str, str] = {}
+        try:
+            for pattern in ("append*", "save", "maxmemory-policy"):
+                got = await self._redis.config_get(pattern)
+                config.update({_text(k): _text(v) for k, v in got.items()})
+        except ResponseError:  # CONFIG renamed or disabled, as managed services do
+            config.clear()
+            persistence = await self._redis.info("persistence")
+            config["aof_enabled"] = _text(persistence.get("aof_enabled", ""))
+        server = await self._redis.info("server")
+        version = server.get("redis_version")
+        return config, None if version is None else _text(version)
+
+    async def _close(self) -> None:
+        await self._call(self._redis.aclose)
