@@ -49,11 +49,11 @@ def sync() -> None:
 
 def run(*cmd: str) -> int:
     env = dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(list(cmd), cwd=ROOT, env=env).returncode
+    return subprocess.run(list(cmd), cwd=ROOT, env=env, check=False).returncode
 
 
 def main(argv: list[str]) -> int:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py may be run by an older python3)
         print("agentrooms needs Python 3.11 or newer", file=sys.stderr)
         return 2
     command, args = (argv[0], argv[1:]) if argv else ("help", [])

@@ -31,5 +31,6 @@ def test_python_block_runs(doc: str, line: int, code: str, tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert done.returncode == 0, f"{doc}:{line} failed:\n{done.stderr}"

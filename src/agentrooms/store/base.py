@@ -27,6 +27,7 @@ from __future__ import annotations
 import abc
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -258,11 +259,15 @@ def fence_of(value: JSON) -> int:
     return 0
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def encode_json(value: JSON, what: str, limit: int) -> str:
     """Canonical JSON text of ``value``; ``BadRequest`` if it is not JSON,
     ``PayloadTooLarge`` if its UTF-8 encoding is over ``limit`` bytes."""
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadRequest(f"{what} is not JSON-serialisable: {exc}") from exc
     try:
@@ -285,7 +290,7 @@ def _check_name(name: object, what: str, limit: int) -> str:
         raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
     if size > limit:
         raise BadRequest(f"{what} is {size} bytes, over the {limit}-byte limit")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL.search(name):
         raise BadRequest(f"{what} {name!r} contains a control character")
     return name
 
