@@ -622,3 +622,41 @@ async def test_a_dead_waiter_drops_out_of_the_queue(
     assert await room.locks.release(a)
     lock = await asyncio.wait_for(alive, 10)
     assert lock.owner == "alive"
+
+
+# ------------------------------------------------------------------------- documents
+
+
+async def test_documents_compare_and_swap(room: Room) -> None:
+    created = await room.docs.put("legal/report", {"v": 1}, create_only=True)
+    with pytest.raises(VersionConflict) as info:
+        await room.docs.put("legal/report", {"v": "again"}, create_only=True)
+    assert info.value.conflicts == {"doc/legal/report": created.version}
+    updated = await room.docs.put("legal/report", {"v": 2}, if_match=created.version)
+    with pytest.raises(VersionConflict) as info:
+        await room.docs.put("legal/report", {"v": "stale"}, if_match=created.version)
+    assert info.value.conflicts == {"doc/legal/report": updated.version}
+    got = await room.docs.get("legal/report")
+    assert (got.value, got.version) == ({"v": 2}, updated.version)
+    await room.docs.put("notes", "plain")
+    assert [d.name for d in await room.docs.list()] == ["legal/report", "notes"]
+    assert [d.name for d in await room.docs.list("legal")] == ["legal/report"]
+    with pytest.raises(VersionConflict):
+        await room.docs.delete("legal/report", if_match=created.version)
+    await room.docs.delete("legal/report", if_match=updated.version)
+    with pytest.raises(NotFound):
+        await room.docs.get("legal/report")
+    for bad in ("", "a/b/c", "/x", "x/", "sp ace"):
+        with pytest.raises(BadRequest):
+            await room.docs.put(bad, 1)
+
+
+async def test_document_write_fenced_by_a_lease(room: Room) -> None:
+    await room.plan.add([TaskSpec("t")])
+    old = await room.plan.claim("t", "a", ttl=0.2)
+    await asyncio.sleep(0.4)
+    await room.plan.claim("t", "b")
+    with pytest.raises(StaleFence):
+        await room.docs.put("out", "late", fence=old.guard())
+    with pytest.raises(NotFound):
+        await room.docs.get("out")

@@ -1,5 +1,6 @@
 """Coordination an agent team uses, written once on top of the store primitive."""
 
+from agentrooms.rooms.documents import Document, Documents
 from agentrooms.rooms.events import Events
 from agentrooms.rooms.locks import Lock, LockInfo, Locks
 from agentrooms.rooms.plan import Lease, LeaseKeeper, Plan, Task, TaskSpec
@@ -7,6 +8,8 @@ from agentrooms.rooms.presence import Member, Presence
 from agentrooms.rooms.room import Room, RoomInfo, Rooms
 
 __all__ = [
+    "Document",
+    "Documents",
     "Events",
     "Lease",
     "LeaseKeeper",

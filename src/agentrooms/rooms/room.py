@@ -14,6 +14,7 @@ from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.rooms import keys
+from agentrooms.rooms.documents import Documents
 from agentrooms.rooms.events import Events
 from agentrooms.rooms.locks import Locks
 from agentrooms.rooms.plan import Plan
@@ -51,6 +52,7 @@ class Room:
         self.locks = Locks(self.scope)
         self.events = Events(self.scope)
         self.presence = Presence(self.scope)
+        self.docs = Documents(self.scope)
 
     async def describe(self) -> RoomInfo:
         snap = await self.scope.read([keys.ARCHIVED])

@@ -1,0 +1,116 @@
+"""Versioned documents, written by compare-and-swap.
+
+A document is one record ``doc/<name>``; its version is the record's version, so every
+read returns value and version together and a write names the version it was computed
+from (HTTP's ``If-Match``). Names may have one partition segment, ``<partition>/<name>``
+(seed 002's partitioning by agent type: the HTTP surface lets a role write only its own
+partition).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from agentrooms.errors import BadRequest, NotFound, VersionConflict
+from agentrooms.rooms import keys
+from agentrooms.rooms.scope import Scope
+from agentrooms.store.base import (
+    JSON,
+    Absent,
+    Append,
+    Compare,
+    Delete,
+    FenceAtMost,
+    Put,
+    VersionIs,
+)
+
+_DOC_NAME = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def check_doc_name(name: object) -> str:
+    if not isinstance(name, str) or not _DOC_NAME.fullmatch(name):
+        raise BadRequest(
+            "a document name is [partition/]name, each part letters, digits, '.', '_', ':' "
+            f"or '-', starting with a letter or digit; got {name!r}"
+        )
+    return name
+
+
+def partition_of(name: str) -> str | None:
+    head, sep, _ = name.partition("/")
+    return head if sep else None
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    name: str
+    value: JSON
+    version: int
+
+
+class Documents:
+    def __init__(self, scope: Scope) -> None:
+        self._scope = scope
+
+    async def get(self, name: str) -> Document:
+        key = keys.doc(check_doc_name(name))
+        record = (await self._scope.read([key])).get(key)
+        if record is None:
+            raise NotFound(f"no document {name!r} in room {self._scope.room!r}")
+        return Document(name, record.value, record.version)
+
+    async def list(self, partition: str | None = None) -> list[Document]:
+        """Documents by name (optionally one partition's)."""
+        await self._scope.read([])
+        prefix = keys.doc("" if partition is None else f"{partition}/")
+        out: list[Document] = []
+        after: str | None = None
+        while True:
+            page = await self._scope.store.scan(self._scope.room, prefix, after, 1000)
+            out += [Document(r.key[len("doc/") :], r.value, r.version) for r in page.records]
+            if page.next_after is None:
+                return out
+            after = page.next_after
+
+    async def put(
+        self,
+        name: str,
+        value: JSON,
+        *,
+        if_match: int | None = None,
+        create_only: bool = False,
+        fence: FenceAtMost | None = None,
+        event: bool = True,
+    ) -> Document:
+        """Write the document. ``if_match``: only if its version is still that one
+        (``VersionConflict`` naming the current version otherwise); ``create_only``:
+        only if it does not exist (``If-None-Match: *``); ``fence``: only while that
+        lease or lock is current (``StaleFence``). Without either condition the write is
+        unconditional. Appends ``doc.written`` to the room's log unless ``event=False``."""
+        key = keys.doc(check_doc_name(name))
+        if if_match is not None and create_only:
+            raise BadRequest("if_match and create_only exclude each other")
+        compares: list[Compare] = []
+        if if_match is not None:
+            compares.append(VersionIs(key, if_match))
+        elif create_only:
+            compares.append(Absent(key))
+        if fence is not None:
+            compares.append(fence)
+        appends = [Append("doc.written", {"doc": name})] if event else []
+        done = await self._scope.transact(compares, [Put(key, value)], appends)
+        return Document(name, value, done.versions[key])
+
+    async def delete(self, name: str, *, if_match: int | None = None) -> None:
+        key = keys.doc(check_doc_name(name))
+        compares = [VersionIs(key, if_match)] if if_match is not None else []
+        try:
+            await self._scope.transact(
+                compares, [Delete(key)], [Append("doc.deleted", {"doc": name})]
+            )
+        except VersionConflict as exc:
+            if exc.conflicts.get(key, 0) is None:
+                raise NotFound(f"no document {name!r}") from exc
+            raise
