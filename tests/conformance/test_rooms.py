@@ -660,3 +660,21 @@ async def test_document_write_fenced_by_a_lease(room: Room) -> None:
         await room.docs.put("out", "late", fence=old.guard())
     with pytest.raises(NotFound):
         await room.docs.get("out")
+
+
+async def test_commands_with_an_id_apply_once(room: Room) -> None:
+    await room.plan.add([TaskSpec("a"), TaskSpec("b")])
+    first = await room.plan.claim_next("agent", command_id="claim-1")
+    again = await room.plan.claim_next("agent", command_id="claim-1")
+    assert first is not None and again == first
+    assert await room.plan.ready_count() == 1  # the retry claimed nothing more
+    done = await room.plan.complete(first, "r", command_id="done-1")
+    replay = await room.plan.complete(first, "r", command_id="done-1")
+    assert done.status == replay.status == "done"
+    doc = await room.docs.put("d", 1, create_only=True, command_id="put-1")
+    assert (
+        await room.docs.put("d", 1, create_only=True, command_id="put-1")
+    ).version == doc.version
+    seq = await room.events.post("e", 1, command_id="post-1")
+    assert await room.events.post("e", 1, command_id="post-1") == 0
+    assert [e.seq for e in await room.events.read(seq - 1, 10) if e.type == "e"] == [seq]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, NotFound, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
@@ -83,6 +84,7 @@ class Documents:
         create_only: bool = False,
         fence: FenceAtMost | None = None,
         event: bool = True,
+        command_id: str | None = None,
     ) -> Document:
         """Write the document. ``if_match``: only if its version is still that one
         (``VersionConflict`` naming the current version otherwise); ``create_only``:
@@ -100,8 +102,22 @@ class Documents:
         if fence is not None:
             compares.append(fence)
         appends = [Append("doc.written", {"doc": name})] if event else []
-        done = await self._scope.transact(compares, [Put(key, value)], appends)
-        return Document(name, value, done.versions[key])
+        if command_id is None:
+            done = await self._scope.transact(compares, [Put(key, value)], appends)
+            return Document(name, value, done.versions[key])
+
+        def write(view: View, _: JSON) -> Change:
+            current = view.version(key)
+            if (if_match is not None and current != if_match) or (create_only and current):
+                raise VersionConflict({key: current})
+            guard = [] if fence is None else [fence]
+            return Change(writes=[Put(key, value)], appends=appends, requires=guard)
+
+        request = {"op": "put", "doc": name, "value": value, "if_match": if_match}
+        result = await self._scope.commit(write, request, [key], command_id=command_id)
+        if result.replayed:
+            return await self.get(name)
+        return Document(name, value, result.versions[key])
 
     async def delete(self, name: str, *, if_match: int | None = None) -> None:
         key = keys.doc(check_doc_name(name))

@@ -123,6 +123,14 @@ class LeaseKeeper:
     lost_event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A command id and the payload it is checked against (for retried deliveries)."""
+
+    id: str | None
+    event: JSON
+
+
 class _Skip(Exception):
     """The candidate is not claimable (any more): try the next one."""
 
@@ -242,11 +250,14 @@ class Plan:
         ttl: float = DEFAULT_LEASE,
         accept: Callable[[Task], bool] | None = None,
         max_candidates: int = 64,
+        command_id: str | None = None,
     ) -> Lease | None:
         """Claim a ready task (or one whose lease expired) for ``agent``; ``None`` if
-        there is none. ``accept`` filters the candidates (e.g. by payload)."""
+        there is none. ``accept`` filters the candidates (e.g. by payload). With
+        ``command_id`` a retried call returns the lease the first one got."""
         keys.check_name(agent, "agent")
         ttl = _check_ttl(ttl)
+        cmd = _Command(command_id, {"op": "claim_next", "agent": agent, "ttl": ttl})
         tried: set[str] = set()
         while len(tried) < max_candidates:
             fresh = [
@@ -258,13 +269,13 @@ class Plan:
                 break
             for candidate in fresh:
                 tried.add(candidate)
-                lease = await self._try_claim(candidate, agent, ttl, accept)
+                lease = await self._try_claim(candidate, agent, ttl, accept, cmd)
                 if lease is not None:
                     return lease
-        return await self._reclaim_expired(agent, ttl, accept)
+        return await self._reclaim_expired(agent, ttl, accept, cmd)
 
     async def _reclaim_expired(
-        self, agent: str, ttl: float, accept: Callable[[Task], bool] | None
+        self, agent: str, ttl: float, accept: Callable[[Task], bool] | None, cmd: _Command
     ) -> Lease | None:
         picked = await self._scope.store.set_pick(self.room, keys.LEASED, PICK)
         if not picked:
@@ -280,20 +291,29 @@ class Plan:
                 or (expires is not None and expires > snap.now)
             ):
                 continue
-            lease = await self._try_claim(task_id, agent, ttl, accept)
+            lease = await self._try_claim(task_id, agent, ttl, accept, cmd)
             if lease is not None:
                 return lease
         return None
 
-    async def claim(self, task_id: str, agent: str, *, ttl: float = DEFAULT_LEASE) -> Lease:
+    async def claim(
+        self,
+        task_id: str,
+        agent: str,
+        *,
+        ttl: float = DEFAULT_LEASE,
+        command_id: str | None = None,
+    ) -> Lease:
         """Claim one named task; ``LeaseHeld`` if another agent holds an unexpired lease."""
         keys.check_name(task_id, "task id")
         keys.check_name(agent, "agent")
         length = _check_ttl(ttl)
+        event = {"op": "claim", "task": task_id, "agent": agent, "ttl": length}
         result = await self._scope.commit(
             lambda view, _: _claim(view, task_id, agent, length, named=True),
-            None,
+            event,
             [keys.task(task_id)],
+            command_id=command_id,
         )
         lease: Lease = _lease_from(self.room, result.result)
         return lease
@@ -304,12 +324,15 @@ class Plan:
         agent: str,
         ttl: float,
         accept: Callable[[Task], bool] | None,
+        cmd: _Command,
     ) -> Lease | None:
+        repair = cmd.id is None  # a repair must not use up the command id
         try:
             result = await self._scope.commit(
-                lambda view, _: _claim(view, task_id, agent, ttl, accept=accept),
-                None,
+                lambda view, _: _claim(view, task_id, agent, ttl, accept=accept, repair=repair),
+                cmd.event,
                 [keys.task(task_id)],
+                command_id=cmd.id,
             )
         except (_Skip, LeaseHeld):
             return None
@@ -317,7 +340,9 @@ class Plan:
 
     # ------------------------------------------------------------- the holder
 
-    async def renew(self, lease: Lease, ttl: float = DEFAULT_LEASE) -> Lease:
+    async def renew(
+        self, lease: Lease, ttl: float = DEFAULT_LEASE, *, command_id: str | None = None
+    ) -> Lease:
         """Extend the lease by ``ttl`` from now (store clock). ``StaleFence`` if it was
         lost to another agent."""
         ttl = _check_ttl(ttl)
@@ -331,35 +356,57 @@ class Plan:
                 result=expires,
             )
 
-        expires: float = (await self._holder_commit(renew, lease)).result
+        event = {"op": "renew", **_lease_data(lease), "ttl": ttl}
+        expires: float = (await self._holder_commit(renew, lease, event, command_id)).result
         return Lease(lease.room, lease.task_id, lease.agent, lease.fence, expires, ttl)
 
-    async def complete(self, lease: Lease, result: JSON = None) -> Task:
+    async def complete(
+        self, lease: Lease, result: JSON = None, *, command_id: str | None = None
+    ) -> Task:
         """Record the task's result and make waiting dependents ready. ``StaleFence``
         if the lease is no longer current: a late holder's result is never recorded."""
-        done = await self._holder_commit(lambda view, _: _complete(view, lease, result), lease)
+        event = {"op": "complete", **_lease_data(lease), "result": result}
+        done = await self._holder_commit(
+            lambda view, _: _complete(view, lease, result), lease, event, command_id
+        )
         return _task_after(done, lease.task_id)
 
-    async def fail(self, lease: Lease, error: JSON = None) -> Task:
+    async def fail(
+        self, lease: Lease, error: JSON = None, *, command_id: str | None = None
+    ) -> Task:
         """Give the task back: ready again while attempts remain, else ``failed``."""
-        failed = await self._holder_commit(lambda view, _: _fail(view, lease, error), lease)
+        event = {"op": "fail", **_lease_data(lease), "error": error}
+        failed = await self._holder_commit(
+            lambda view, _: _fail(view, lease, error), lease, event, command_id
+        )
         return _task_after(failed, lease.task_id)
 
-    async def cancel(self, task_id: str, reason: JSON = None) -> Task:
+    async def cancel(
+        self, task_id: str, reason: JSON = None, *, command_id: str | None = None
+    ) -> Task:
         """Cancel a task that is not finished; its holder's token becomes stale."""
         keys.check_name(task_id, "task id")
         result = await self._scope.commit(
-            lambda view, _: _cancel(view, task_id, reason), None, [keys.task(task_id)]
+            lambda view, _: _cancel(view, task_id, reason),
+            {"op": "cancel", "task": task_id, "reason": reason},
+            [keys.task(task_id)],
+            command_id=command_id,
         )
         return _task_after(result, task_id)
 
     async def _holder_commit(
-        self, transition: Callable[[View, None], Change], lease: Lease
+        self,
+        transition: Callable[[View, JSON], Change],
+        lease: Lease,
+        event: JSON,
+        command_id: str | None,
     ) -> CommitResult:
         if lease.room != self.room:
             raise BadRequest(f"lease is for room {lease.room!r}, not {self.room!r}")
         try:
-            return await self._scope.commit(transition, None, [keys.task(lease.task_id)])
+            return await self._scope.commit(
+                transition, event, [keys.task(lease.task_id)], command_id=command_id
+            )
         except StaleFence:
             with contextlib.suppress(Exception):
                 await self._scope.transact(appends=[Append("lease.lost", _lease_data(lease))])
@@ -467,11 +514,14 @@ def _claim(
     *,
     accept: Callable[[Task], bool] | None = None,
     named: bool = False,
+    repair: bool = True,
 ) -> Change:
     task = _task(view, task_id)
     if task is None:
         if named:
             raise NotFound(f"no task {task_id!r}")
+        if not repair:
+            raise _Skip
         return Change(writes=[SetRemove(keys.READY, task_id)])  # repair a stray member
     expired = task.status == CLAIMED and (task.lease_expires or 0) <= view.now
     if task.status == CLAIMED and not expired:
@@ -481,6 +531,8 @@ def _claim(
     if task.status != READY and not expired:
         if named:
             raise InvalidTransition(f"task {task_id!r} is {task.status}, not ready")
+        if not repair:
+            raise _Skip
         return Change(writes=[SetRemove(keys.READY, task_id)])  # repair a stray member
     if accept is not None and not accept(task):
         raise _Skip
@@ -494,6 +546,8 @@ def _claim(
         lapsed = {"task": task_id, "agent": task.owner, "fence": task.fence}
         appends.append(Append("lease.expired", lapsed))
         if task.attempts >= task.max_attempts:
+            if not repair:  # a state change of its own: leave it to a claim without a command id
+                raise _Skip
             failed = task.replace(
                 status=FAILED,
                 owner=None,
