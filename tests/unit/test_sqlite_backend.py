@@ -1,20 +1,37 @@
 """SQLite-specific behaviour the conformance suite does not reach: URLs, durability
-report, the injected clock, busy retries, the error seam, batching and the worker pool."""
+report, the injected clock, busy retries, the error seam, batching and the worker pool,
+the cost of set_pick, the purge of expired rows, and how watch is woken."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import sqlite3
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from agentrooms.errors import BadRequest, StoreUnavailable, VersionConflict
-from agentrooms.store import Absent, Append, Present, Put, VersionIs, open_store
-from agentrooms.store.base import PreparedWrite
+from agentrooms.store import (
+    Absent,
+    Append,
+    Delete,
+    Present,
+    Put,
+    SetAdd,
+    SetRemove,
+    VersionIs,
+    open_store,
+)
+from agentrooms.store.base import Compare, Prepared, PreparedWrite
 from agentrooms.store.sqlite.backend import SqliteStore
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
-from agentrooms.store.sqlite.operations import Operations, prefix_end
+from agentrooms.store.sqlite.operations import PURGE_LIMIT, Operations, prefix_end
+from agentrooms.store.sqlite.sql import QUERIES, migrate
+from agentrooms.store.sqlite.worker import POLL_INTERVAL
 
 
 class FakeClock:
@@ -211,12 +228,12 @@ async def test_a_failing_operation_rolls_back_alone() -> None:
     store = SqliteStore("sqlite://")
 
     def broken(ops: Operations) -> None:
-        ops.transact("r", [], [_prepared_put("broken", 1)], [])
+        ops.transact("r", _prepared([], [_prepared_put("broken", 1)]))
         raise RuntimeError("bug after a write")
 
     def conflicted_after_writing(ops: Operations) -> None:
-        ops.transact("r", [], [_prepared_put("half", 1)], [])
-        ops.transact("r", [Present("nope")], [], [])
+        ops.transact("r", _prepared([], [_prepared_put("half", 1)]))
+        ops.transact("r", _prepared([Present("nope")], []))
 
     try:
         results = await asyncio.gather(
@@ -236,6 +253,10 @@ async def test_a_failing_operation_rolls_back_alone() -> None:
 
 def _prepared_put(key: str, value: int) -> PreparedWrite:
     return PreparedWrite(key, str(value))
+
+
+def _prepared(compares: list[Compare], writes: list[PreparedWrite]) -> Prepared:
+    return Prepared(compares, writes, [], [])
 
 
 async def test_stores_of_one_file_share_a_worker(tmp_path: Path) -> None:
@@ -288,3 +309,219 @@ async def test_scan_at_the_top_of_unicode() -> None:
             assert got == want, prefix
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------------- sets
+
+
+def _migrated() -> tuple[sqlite3.Connection, Operations]:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    return conn, Operations(conn, time.time)
+
+
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [
+        ("set_pick_members", "set_members_pick"),
+        ("set_pick_last", "set_members_pick"),
+        ("set_pick_mark", "PRIMARY KEY"),
+        ("transact_purge_expired", "records_expiry"),
+    ],
+)
+def test_set_pick_and_purge_seek_an_index(query: str, index: str) -> None:
+    """No scan of the set (or room) and no sort: a seek into an index read in order."""
+    conn, _ = _migrated()
+    params = {"room": "r", "name": "s", "member": "m", "picked_at": 1, "now_ms": 1, "limit": 3}
+    plan = " | ".join(
+        row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {QUERIES[query]}", params)
+    )
+    assert index in plan
+    assert "SCAN" not in plan
+    assert "TEMP B-TREE" not in plan
+
+
+def test_set_pick_costs_the_same_for_a_large_set() -> None:
+    """Counted in SQLite virtual machine steps, not time: picking from a 10,000-member set
+    does the same work as picking from a 10-member one."""
+    conn, ops = _migrated()
+    for name, size in (("small", 10), ("large", 10_000)):
+        rows = [{"room": "r", "name": name, "member": f"m{i:05}"} for i in range(size)]
+        conn.execute("BEGIN")
+        conn.executemany(QUERIES["transact_set_add"], rows)
+        conn.execute("COMMIT")
+    steps = {}
+    for name in ("small", "large"):
+        for _ in range(12):  # past the never-picked members: least recently picked ones
+            ops.set_pick("r", name, 1)
+        counter = [0]
+
+        def count(counter: list[int] = counter) -> int:
+            counter[0] += 1
+            return 0
+
+        conn.set_progress_handler(count, 1)
+        conn.execute("BEGIN IMMEDIATE")
+        ops.set_pick("r", name, 3)
+        conn.execute("COMMIT")
+        conn.set_progress_handler(None, 1)
+        steps[name] = counter[0]
+    assert steps["large"] <= steps["small"] * 1.2, steps
+    conn.close()
+
+
+async def test_pick_order_survives_picks_in_one_millisecond() -> None:
+    clock = FakeClock()  # frozen: every pick happens at the same store time
+    store = SqliteStore("sqlite://", clock=clock)
+    try:
+        await store.transact("r", writes=[SetAdd("s", m) for m in "edcba"])
+        picks = [m for _ in range(10) for m in await store.set_pick("r", "s", 1)]
+        assert picks == list("abcde") * 2
+        await store.transact("r", writes=[SetRemove("s", "e"), SetAdd("s", "a")])
+        assert await store.set_pick("r", "s", 5) == list("abcd")
+        together = await asyncio.gather(*(store.set_pick("r", "s", 1) for _ in range(4)))
+        assert sorted(m for ms in together for m in ms) == list("abcd")  # one batch, one each
+    finally:
+        await store.close()
+
+
+def pick_in_process(url: str, room: str, times: int) -> list[str]:
+    """Run in a child process: pick two members ``times`` times."""
+
+    async def run() -> list[str]:
+        store = await open_store(url)
+        try:
+            return [m for _ in range(times) for m in await store.set_pick(room, "ready", 2)]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.slow
+async def test_pickers_in_other_processes_get_different_members(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pick.db'}"
+    store = await open_store(url)
+    await store.transact("r", writes=[SetAdd("ready", f"t{i:03}") for i in range(200)])
+    loop = asyncio.get_running_loop()
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(4, mp_context=ctx) as pool:
+        picked = await asyncio.gather(
+            *(loop.run_in_executor(pool, pick_in_process, url, "r", 20) for _ in range(4))
+        )
+    everything = [m for ms in picked for m in ms]
+    assert len(everything) == 160
+    assert sorted(everything) == [f"t{i:03}" for i in range(160)]
+    assert await store.set_pick("r", "ready", 1) == ["t160"]
+    await store.close()
+
+
+# --------------------------------------------------------------------------- expiry
+
+
+async def _row_count(store: SqliteStore) -> int:
+    def count(ops: Operations) -> int:
+        rows: int = ops._conn.execute("SELECT count(*) FROM records").fetchone()[0]
+        return rows
+
+    return await store._call(count, write=False)
+
+
+async def test_writes_purge_a_few_expired_rows_of_their_room() -> None:
+    clock = FakeClock()
+    store = SqliteStore("sqlite://", clock=clock)
+    try:
+        await store.transact("r", writes=[Put(f"p/{i:03}", i, ttl=1) for i in range(100)])
+        await store.transact("other", writes=[Put("p", 0, ttl=1)])
+        await store.transact("r", writes=[Put("keep", 1, ttl=5)])
+        assert await _row_count(store) == 102
+        clock.now += 2
+        await store.transact("r", appends=[Append("no records written")])
+        assert await _row_count(store) == 102
+        await store.transact("r", writes=[Put("x", 1)])
+        assert await _row_count(store) == 103 - PURGE_LIMIT
+        for _ in range(4):
+            await store.transact("r", writes=[Delete("x")])
+        assert await _row_count(store) == 2  # "keep" (not expired) and the other room's
+        assert (await store.read("r", ["keep"])).value("keep") == 1
+    finally:
+        await store.close()
+
+
+# -------------------------------------------------------------------------- watch
+
+
+async def test_watch_ignores_appends_that_do_not_pass_after() -> None:
+    store = await open_store("sqlite://")
+    try:
+        watching = asyncio.create_task(store.watch("r", 2, 0.5))
+        await asyncio.sleep(0.05)
+        await store.transact("r", appends=[Append("one")])
+        await store.transact("other", appends=[Append("o"), Append("o"), Append("o")])
+        await asyncio.sleep(0.05)
+        assert not watching.done()
+        await store.transact("r", appends=[Append("two"), Append("three")])
+        assert await asyncio.wait_for(watching, 1) == 3
+    finally:
+        await store.close()
+
+
+async def test_watch_from_another_event_loop_is_woken() -> None:
+    store = await open_store("sqlite://")
+    started = threading.Event()
+
+    def wait_in_thread() -> tuple[int, float]:
+        async def run() -> tuple[int, float]:
+            t0 = time.monotonic()
+            started.set()
+            return await store.watch("r", 0, 20), time.monotonic() - t0
+
+        return asyncio.run(run())
+
+    try:
+        waiting = asyncio.get_running_loop().run_in_executor(None, wait_in_thread)
+        await asyncio.to_thread(started.wait)
+        await asyncio.sleep(0.1)
+        await store.transact("r", appends=[Append("wake")])
+        seq, waited = await waiting
+        assert seq == 1
+        assert waited < 5
+    finally:
+        await store.close()
+
+
+async def test_watch_notices_another_connection_by_polling(tmp_path: Path) -> None:
+    """A store with other settings has its own worker and connection, as another process
+    has: its commits are found by the poll, within a few poll intervals."""
+    waiter = await open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    writer = await open_store(f"sqlite:///{tmp_path / 'w.db'}?synchronous=NORMAL")
+    assert isinstance(waiter, SqliteStore)
+    assert isinstance(writer, SqliteStore)
+    assert waiter._worker is not writer._worker
+    try:
+        watching = asyncio.create_task(waiter.watch("r", 0, 20))
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        await writer.transact("r", appends=[Append("a"), Append("b")])
+        assert await asyncio.wait_for(watching, 5) == 2
+        assert time.monotonic() - t0 < 10 * POLL_INTERVAL
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+async def test_closing_the_store_ends_its_watches(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store, other = await open_store(url), await open_store(url)  # one shared worker
+    try:
+        mine = asyncio.create_task(store.watch("r", 0, 30))
+        theirs = asyncio.create_task(other.watch("r", 0, 30))
+        await asyncio.sleep(0.1)
+        await store.close()
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await asyncio.wait_for(mine, 5)
+        assert not theirs.done()
+        await other.transact("r", appends=[Append("e")])
+        assert await asyncio.wait_for(theirs, 5) == 1
+    finally:
+        await other.close()

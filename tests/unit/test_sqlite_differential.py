@@ -1,5 +1,5 @@
 """The SQLite backend answers exactly as the in-memory reference does (same clock, same
-operations, same results, versions included), on random histories."""
+operations, same results, versions and set pick order included), on random histories."""
 
 from __future__ import annotations
 
@@ -11,12 +11,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentrooms.errors import AgentroomsError
-from agentrooms.store import Absent, Append, Delete, FenceAtMost, Present, Put, Store, VersionIs
+from agentrooms.store import (
+    Absent,
+    Append,
+    Delete,
+    FenceAtMost,
+    Present,
+    Put,
+    SetAdd,
+    SetRemove,
+    Store,
+    VersionIs,
+)
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.sqlite.backend import SqliteStore
 
 KEYS = ["a", "a/b", "a/c", "ab", "b", "é", "\U0010ffff", "a\U0010ffff"]
 ROOMS = ["r1", "r2"]
+SETS = ["s", "t"]
+MEMBERS = ["a", "b", "c", "é", "\U0010ffff", "a\U0010ffff"]
 
 keys = st.sampled_from(KEYS)
 values = st.one_of(
@@ -35,6 +48,10 @@ writes = st.one_of(
     st.builds(Put, keys, values, st.one_of(st.none(), st.sampled_from([0.5, 2.0, 30.0]))),
     st.builds(Delete, keys),
 )
+set_ops = st.one_of(
+    st.builds(SetAdd, st.sampled_from(SETS), st.sampled_from(MEMBERS)),
+    st.builds(SetRemove, st.sampled_from(SETS), st.sampled_from(MEMBERS)),
+)
 
 
 @dataclass(frozen=True)
@@ -45,12 +62,24 @@ class Op:
 
 ops = st.one_of(
     st.builds(
-        lambda room, c, w, a: Op("transact", (room, c, list({x.key: x for x in w}.values()), a)),
+        lambda room, c, w, s, a: Op(
+            "transact", (room, c, [*{x.key: x for x in w}.values(), *s], a)
+        ),
         st.sampled_from(ROOMS),
         st.lists(compares, max_size=3),
         st.lists(writes, max_size=3),
+        st.lists(set_ops, max_size=4),
         st.lists(st.builds(Append, st.sampled_from(["e", "f"]), values), max_size=2),
     ),
+    st.builds(
+        lambda r, s, n: Op("set_pick", (r, s, n)),
+        st.sampled_from(ROOMS),
+        st.sampled_from(SETS),
+        st.integers(1, 4),
+    ),
+    st.builds(lambda r, s: Op("set_size", (r, s)), st.sampled_from(ROOMS), st.sampled_from(SETS)),
+    st.builds(lambda r, a: Op("watch", (r, a, 0)), st.sampled_from(ROOMS), st.integers(0, 6)),
+    st.builds(lambda r: Op("delete_room", (r,)), st.sampled_from(ROOMS)),
     st.builds(lambda r, k: Op("read", (r, k)), st.sampled_from(ROOMS), st.lists(keys, max_size=4)),
     st.builds(
         lambda r, p, after, n: Op("scan", (r, p, after, n)),
@@ -110,7 +139,40 @@ async def _run(history: list[Op]) -> None:
         await sqlite.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops, max_size=30))
 def test_sqlite_matches_memory(history: list[Op]) -> None:
+    asyncio.run(_run(history))
+
+
+set_histories = st.lists(
+    st.one_of(
+        st.builds(
+            lambda s: Op("transact", ("r1", [], s, [])),
+            st.lists(
+                st.one_of(
+                    st.builds(SetAdd, st.sampled_from(SETS), st.sampled_from(MEMBERS[:4])),
+                    st.builds(SetRemove, st.sampled_from(SETS), st.sampled_from(MEMBERS[:4])),
+                ),
+                min_size=1,
+                max_size=3,
+            ),
+        ),
+        st.builds(
+            lambda s, n: Op("set_pick", ("r1", s, n)), st.sampled_from(SETS), st.integers(1, 4)
+        ),
+        st.builds(lambda s, n: Op("set_pick", ("r1", s, n)), st.sampled_from(SETS), st.just(1)),
+        st.builds(lambda s: Op("set_size", ("r1", s)), st.sampled_from(SETS)),
+        st.just(Op("delete_room", ("r1",))),
+    ),
+    min_size=10,  # pick order shows only after several picks
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(set_histories)
+def test_set_pick_order_matches_memory(history: list[Op]) -> None:
+    """Sets only, on one room, so that long runs of adds, removes and picks of one set
+    (where pick order shows) are common."""
     asyncio.run(_run(history))

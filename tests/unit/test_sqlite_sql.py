@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrooms.errors import StoreUnavailable
+from agentrooms.store import Put, SetAdd, open_store
 from agentrooms.store.sqlite import operations
 from agentrooms.store.sqlite.config import SqliteConfig
 from agentrooms.store.sqlite.engine import Engine
@@ -27,12 +28,13 @@ from agentrooms.store.sqlite.sql import (
 
 def test_every_query_is_named_described_and_used() -> None:
     queries = parse_queries(read_text("queries.sql"))
-    used = set(re.findall(r'"((?:read|transact|scan|trim_log|last_seq)\w*)"', _source()))
+    primitives = "read|transact|scan|trim_log|last_seq|set_pick|set_size|watch|delete_room"
+    used = set(re.findall(rf'"((?:{primitives})\w*)"', _source()))
     assert set(queries) == used
     for query in queries.values():
         assert query.description
         assert not query.description.startswith("--")
-        assert query.name.split("_")[0] in {"read", "transact", "scan", "trim", "last"}
+        assert re.match(rf"(?:{primitives})(?:_|$)", query.name), query.name
 
 
 def _source() -> str:
@@ -117,3 +119,26 @@ def test_concurrent_openers_of_a_fresh_file_migrate_once(tmp_path: Path) -> None
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("SELECT id, last FROM revision").fetchall() == [(1, 0)]
     conn.close()
+
+
+async def test_a_version_1_database_is_upgraded_keeping_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, MIGRATIONS[:1]) == 1
+    conn.execute("INSERT INTO records VALUES ('r', 'k', '\"old\"', 7, NULL)")
+    conn.execute("INSERT INTO rooms (room, seq) VALUES ('r', 1)")
+    conn.execute("INSERT INTO events VALUES ('r', 1, 'e', 'null', 0)")
+    conn.execute("UPDATE revision SET last = 7")
+    conn.close()
+    store = await open_store(f"sqlite:///{path}")
+    try:
+        assert (await store.info()).details["schema_version"] == SCHEMA_VERSION
+        record = (await store.read("r", ["k"])).get("k")
+        assert record is not None
+        assert (record.value, record.version) == ("old", 7)
+        assert [e.type for e in await store.read_log("r")] == ["e"]
+        result = await store.transact("r", writes=[Put("k", "new"), SetAdd("s", "m")])
+        assert result.versions == {"k": 8}
+        assert await store.set_pick("r", "s", 2) == ["m"]
+    finally:
+        await store.close()

@@ -2,6 +2,7 @@
 
 ``backend.py`` is the :class:`~agentrooms.store.base.Store`; ``worker.py`` the thread
 that owns the connection; ``engine.py`` its transactions, retries and error seam;
-``operations.py`` the primitives over ``queries.sql``; ``sql.py`` loads the SQL and
-applies ``migrations/``; ``schema.sql`` is the current schema.
+``operations.py`` the primitives over ``queries.sql``; ``watchers.py`` the coroutines
+waiting in ``watch`` and how the thread wakes them; ``sql.py`` loads the SQL and applies
+``migrations/``; ``schema.sql`` is the current schema.
 """

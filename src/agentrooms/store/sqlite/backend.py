@@ -9,6 +9,10 @@ Operations run on a thread that owns the connection (:mod:`.worker`), one per da
 file per process (:mod:`.pool`); the SQL is in ``queries.sql``, run by
 :mod:`.operations` in transactions opened by :mod:`.engine`.
 
+``watch`` waits on a future that the worker's thread resolves (on the waiter's own event
+loop) when a commit of this process appends to the room, or when its slow poll (see
+:mod:`.worker`) finds that another process did; it never polls in a hot loop.
+
 Durability: with WAL and ``synchronous=FULL`` (the default) a commit is acknowledged only
 after the WAL is synced, so it survives a process crash and a power loss. With
 ``synchronous=NORMAL`` it survives a process crash, but the last commits may be lost on
@@ -17,6 +21,7 @@ power loss or an OS crash; :meth:`info` warns about that.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import sqlite3
@@ -27,11 +32,9 @@ from typing import Self, TypeVar, cast
 
 from agentrooms.errors import StoreUnavailable
 from agentrooms.store.base import (
-    Compare,
     Event,
     Limits,
-    PreparedAppend,
-    PreparedWrite,
+    Prepared,
     ScanPage,
     Snapshot,
     Store,
@@ -42,6 +45,7 @@ from agentrooms.store.sqlite.config import SqliteConfig, parse_url
 from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.operations import Operations
 from agentrooms.store.sqlite.pool import POOL
+from agentrooms.store.sqlite.watchers import Waiter
 from agentrooms.store.sqlite.worker import Worker
 
 T = TypeVar("T")
@@ -70,6 +74,7 @@ class SqliteStore(Store):
             return Worker(Engine(config, clock, retry_for), f"agentrooms-sqlite-{next(_ids)}")
 
         self._closed = False
+        self._waiters: set[Waiter] = set()  # this store's watch calls, failed on close
         self._worker = POOL.acquire(key, start)
         self._release = weakref.finalize(self, POOL.release_nowait, key, self._worker)
         self._key = key
@@ -92,14 +97,8 @@ class SqliteStore(Store):
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         return await self._call(lambda ops: ops.read(room, keys), write=False)
 
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
-        return await self._call(lambda ops: ops.transact(room, compares, writes, appends), True)
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        return await self._call(lambda o: o.transact(room, ops), write=True)
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         return await self._call(lambda ops: ops.scan(room, prefix, after, limit), write=False)
@@ -113,6 +112,39 @@ class SqliteStore(Store):
     async def _last_seq(self, room: str) -> int:
         return await self._call(lambda ops: ops.last_seq(room), write=False)
 
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        return await self._call(lambda ops: ops.set_pick(room, name, count), write=True)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        return await self._call(lambda ops: ops.set_size(room, name), write=False)
+
+    async def _delete_room(self, room: str) -> None:
+        await self._call(lambda ops: ops.delete_room(room), write=True)
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        if self._closed or self._worker.closed:
+            raise StoreUnavailable("the sqlite store is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # registered before reading: an append committed after the read wakes it
+        waiter = self._worker.watchers.add(room, after)
+        self._waiters.add(waiter)
+        try:
+            seq = await self._last_seq(room)
+            remaining = deadline - loop.time()
+            if seq > after or remaining <= 0:
+                return seq
+            try:
+                return await asyncio.wait_for(waiter.future, remaining)
+            except TimeoutError:
+                pass
+        finally:
+            self._waiters.discard(waiter)
+            self._worker.watchers.discard(waiter)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.exception()  # retrieved: a close may have failed it unawaited
+        return await self._last_seq(room)  # timed out: the newest now (maybe <= after)
+
     async def _info(self) -> StoreInfo:
         settings = await self._call(lambda ops: ops.settings(), write=False)
         journal, sync = str(settings["journal_mode"]), str(settings["synchronous"])
@@ -124,6 +156,7 @@ class SqliteStore(Store):
         if self._closed:
             return
         self._closed = True
+        self._worker.watchers.fail("the sqlite store is closed", self._waiters.copy())
         self._release.detach()
         if POOL.release(self._key, self._worker):
             await self._worker.stop()

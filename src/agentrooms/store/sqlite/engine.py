@@ -10,6 +10,10 @@ The engine runs *batches* of operations (see :mod:`.worker`), one transaction ea
   ``total_changes``), so it simply reports its conflict while the others commit; any
   other failure rolls the batch back and re-runs it without the failed operation.
 
+After a write transaction commits, :meth:`Engine.take_appended` names the rooms whose
+logs it appended to (the worker wakes their watchers); :meth:`Engine.foreign_seqs` is the
+slow poll that notices other processes' commits (``PRAGMA data_version``).
+
 ``SQLITE_BUSY`` (another process holds the lock for longer than ``busy_timeout``) makes
 the engine roll the batch back and run it again after a short jittered sleep, until
 ``retry_for`` seconds have passed; only then does it give up with ``StoreUnavailable``.
@@ -89,6 +93,8 @@ class Engine:
         self._clock = clock
         self._conn: sqlite3.Connection | None = None
         self._ops: Operations | None = None
+        self._appended: dict[str, int] = {}  # committed appends not yet taken
+        self._data_version: int | None = None  # at the last foreign_seqs that read seqs
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -185,7 +191,35 @@ class Engine:
         except BaseException:
             self._rollback()
             raise
+        if write:
+            self._appended.update(ops.appended())
         return outcomes
+
+    # -- watch ----------------------------------------------------------------------
+
+    def take_appended(self) -> dict[str, int]:
+        """``room -> last sequence number`` of the appends committed (by this
+        connection) since the last call."""
+        appended, self._appended = self._appended, {}
+        return appended
+
+    def foreign_seqs(self, rooms: list[str]) -> dict[str, int] | None:
+        """The last sequence number of each of ``rooms`` that has a log, if another
+        connection (another process) has committed since the last time they were read;
+        else ``None``. Cheap when nothing changed: one ``PRAGMA data_version``. Run
+        outside any transaction; an error just leaves it to the next poll."""
+        ops = self._ops
+        if ops is None or not rooms:
+            return None
+        try:
+            version = ops.data_version()  # before the seqs: a later commit changes it
+            if version == self._data_version:
+                return None
+            seqs = ops.seqs(rooms)
+        except sqlite3.Error:
+            return None
+        self._data_version = version
+        return seqs
 
     @staticmethod
     def _job(conn: sqlite3.Connection, ops: Operations, job: Job, position: int) -> Any:

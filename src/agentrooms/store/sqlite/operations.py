@@ -1,9 +1,11 @@
 """The store primitives as SQL, each run inside a transaction the engine has opened.
 
-Read operations (``read``, ``scan``, ``read_log``, ``last_seq``, ``settings``) run in a
-read transaction, so every statement of one operation sees one snapshot; the write
-operations (``transact``, ``trim_log``) run under ``BEGIN IMMEDIATE``, i.e. while this
-connection holds the database's single write lock.
+Read operations (``read``, ``scan``, ``read_log``, ``last_seq``, ``set_size``,
+``settings``) run in a read transaction, so every statement of one operation sees one
+snapshot; the write operations (``transact``, ``trim_log``, ``set_pick``, ``delete_room``)
+run under ``BEGIN IMMEDIATE``, i.e. while this connection holds the database's single
+write lock. ``data_version`` and ``seqs`` serve the watch poll and run outside any
+transaction.
 
 Every operation reads the store clock once, inside its transaction. An operation raises
 an :class:`~agentrooms.errors.AgentroomsError` (a failed compare, a compacted cursor)
@@ -24,7 +26,9 @@ from agentrooms.store.base import (
     Compare,
     Event,
     FenceAtMost,
+    Prepared,
     PreparedAppend,
+    PreparedSetOp,
     PreparedWrite,
     Record,
     ScanPage,
@@ -40,6 +44,7 @@ _PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "user_version")
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 _MAX_CHAR = 0x10FFFF
 _NO_UPPER_BOUND = b""  # a BLOB sorts after every TEXT value in SQLite
+PURGE_LIMIT = 32  # expired rows of a room purged per write transaction, at most
 
 
 def prefix_end(prefix: str) -> str | bytes:
@@ -77,6 +82,8 @@ class Operations:
         self._q = QUERIES
         self._revision: int | None = None  # the last version handed out, while writing
         self._stored_revision: int | None = None  # ... and the one in the table
+        self._appended: dict[str, int] = {}  # room -> last seq appended, while writing
+        self._purged: set[str] = set()  # rooms purged in this write transaction
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -128,6 +135,22 @@ class Operations:
         seq: int | None = self._one("last_seq", {"room": room})
         return seq or 0
 
+    def set_size(self, room: str, name: str) -> int:
+        size: int = self._one("set_size", {"room": room, "name": name})
+        return size
+
+    # -- the watch poll (outside any transaction) -------------------------------------
+
+    def data_version(self) -> int:
+        """A number that changes when another connection has committed since the last
+        call (this connection's own commits leave it unchanged)."""
+        version: int = self._one("watch_data_version", {})
+        return version
+
+    def seqs(self, rooms: list[str]) -> dict[str, int]:
+        """The last sequence number of each of ``rooms`` that has a log."""
+        return dict(self._all("watch_seqs", {"rooms": _keys_json(rooms)}))
+
     def settings(self) -> dict[str, Any]:
         """The connection's durability-relevant settings, for ``info``."""
         pragma = {n: self._conn.execute(f"PRAGMA {n}").fetchone()[0] for n in _PRAGMAS}
@@ -140,18 +163,19 @@ class Operations:
 
     # -- writes ---------------------------------------------------------------------
 
-    def transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
+    def transact(self, room: str, ops: Prepared) -> TransactResult:
         now_ms = self._now_ms()
-        if compares:
-            check_compares(compares, self._current(room, compares, now_ms))
-        versions = self._write(room, writes, now_ms) if writes else {}
-        seqs = self._append(room, appends, now_ms) if appends else []
+        if ops.compares:
+            check_compares(ops.compares, self._current(room, ops.compares, now_ms))
+        # nothing is written above this line: a failed compare leaves no trace
+        versions: dict[str, int] = {}
+        if ops.writes:
+            if room not in self._purged:
+                self._purge_expired(room, now_ms)
+            versions = self._write(room, ops.writes, now_ms)
+        if ops.set_ops:
+            self._set_ops(room, ops.set_ops)
+        seqs = self._append(room, ops.appends, now_ms) if ops.appends else []
         return TransactResult(versions, seqs, now_ms / 1000.0)
 
     def _current(
@@ -187,6 +211,20 @@ class Operations:
             execute(q["transact_put"], {**row, "expires_ms": expires_ms})
         return versions
 
+    def _purge_expired(self, room: str, now_ms: int) -> None:
+        """Delete a few rows of the room that have expired, once per write transaction
+        (every query treats them as absent already, so this changes nothing a caller can
+        see, only the file's size; a group commit of many transacts pays for it once)."""
+        params = {"room": room, "now_ms": now_ms, "limit": PURGE_LIMIT}
+        self._conn.execute(self._q["transact_purge_expired"], params)
+        self._purged.add(room)
+
+    def _set_ops(self, room: str, set_ops: list[PreparedSetOp]) -> None:
+        add, remove = self._q["transact_set_add"], self._q["transact_set_remove"]
+        for op in set_ops:  # in order: add-then-remove of one member differs from the reverse
+            params = {"room": room, "name": op.name, "member": op.member}
+            self._conn.execute(add if op.add else remove, params)
+
     def _append(self, room: str, appends: list[PreparedAppend], now_ms: int) -> list[int]:
         last: int = self._one("transact_next_seqs", {"room": room, "count": len(appends)})
         first = last - len(appends) + 1
@@ -195,13 +233,38 @@ class Operations:
             for i, a in enumerate(appends)
         ]
         self._conn.executemany(self._q["transact_append"], rows)
+        self._appended[room] = last
         return list(range(first, last + 1))
+
+    def set_pick(self, room: str, name: str, count: int) -> list[str]:
+        """Up to ``count`` members in pick order, marked picked in that order (after every
+        member picked before): O(count * log n) through the index set_members_pick."""
+        params: dict[str, Any] = {"room": room, "name": name}
+        rows = self._all("set_pick_members", {**params, "limit": count})
+        members: list[str] = [member for (member,) in rows]
+        if not members:
+            return members
+        last: int = self._one("set_pick_last", params) or 0
+        marks = [{**params, "member": m, "picked_at": last + i} for i, m in enumerate(members, 1)]
+        self._conn.executemany(self._q["set_pick_mark"], marks)
+        return members
+
+    def delete_room(self, room: str) -> None:
+        """Every record, set member and event of the room; its ``rooms`` row stays, with
+        the whole log trimmed (``low = seq + 1``), and the version counter is untouched."""
+        execute, q, params = self._conn.execute, self._q, {"room": room}
+        execute(q["delete_room_records"], params)
+        execute(q["delete_room_sets"], params)
+        execute(q["delete_room_events"], params)
+        execute(q["delete_room_low"], params)
 
     # -- the store-wide version counter, kept in memory during one write transaction --
 
     def begin_write(self) -> None:
         """A write transaction began: the counter will be read when first needed."""
         self._revision = self._stored_revision = None
+        self._appended = {}
+        self._purged = set()
 
     def _next_version(self) -> int:
         if self._revision is None:
@@ -216,6 +279,11 @@ class Operations:
         if self._revision != self._stored_revision:
             self._conn.execute(self._q["transact_revision_write"], {"last": self._revision})
         self._revision = self._stored_revision = None
+
+    def appended(self) -> dict[str, int]:
+        """``room -> last sequence number`` of the rooms the current (or just committed)
+        write transaction appended to: read after ``COMMIT`` to wake watchers."""
+        return self._appended
 
     def trim_log(self, room: str, before: int) -> int:
         state = self._all("trim_log_state", {"room": room})

@@ -2,7 +2,8 @@
 --
 -- Each query: a "-- name: <name>" header, a one-line description, then one statement.
 -- The name starts with the store primitive that runs it (transact_, read_, scan_,
--- read_log_, trim_log_, last_seq), so one grep finds every layer of a primitive.
+-- read_log_, trim_log_, last_seq, set_pick_, set_size, watch_, delete_room_), so one grep
+-- finds every layer of a primitive.
 -- Parameters are named. :now_ms is the store clock in milliseconds, read once per
 -- operation inside its transaction; a row is live when expires_ms IS NULL OR
 -- expires_ms > :now_ms, and an expired row is absent to every query below.
@@ -65,6 +66,26 @@ RETURNING seq;
 INSERT INTO events (room, seq, type, data, time_ms)
 VALUES (:room, :seq, :type, :data, :time_ms);
 
+-- name: transact_purge_expired
+-- Delete up to :limit rows of the room that expired by :now_ms (absent to every query
+-- already; found through the partial index records_expiry, without scanning the room).
+DELETE FROM records
+WHERE rowid IN (
+    SELECT rowid FROM records
+    WHERE room = :room AND expires_ms <= :now_ms
+    LIMIT :limit
+);
+
+-- name: transact_set_add
+-- Add a member to a room's set, never picked; a member already there keeps its place.
+INSERT INTO set_members (room, name, member, picked_at)
+VALUES (:room, :name, :member, NULL)
+ON CONFLICT (room, name, member) DO NOTHING;
+
+-- name: transact_set_remove
+-- Remove a member from a room's set (absent is fine).
+DELETE FROM set_members WHERE room = :room AND name = :name AND member = :member;
+
 -- name: scan_records
 -- Up to :limit live records with :low <= key < :high (an empty BLOB :high sorts after every
 -- TEXT key: no upper bound), key <> :skip (NULL: none), in key order.
@@ -103,3 +124,53 @@ UPDATE rooms SET low = :low WHERE room = :room;
 -- name: last_seq
 -- The sequence number of the room's newest event (no row: 0).
 SELECT seq FROM rooms WHERE room = :room;
+
+-- name: set_pick_members
+-- The first :limit members of a set in pick order: never picked (picked_at NULL) first in
+-- member order, then least recently picked (read from the start of set_members_pick).
+SELECT member
+FROM set_members
+WHERE room = :room AND name = :name
+ORDER BY picked_at, member
+LIMIT :limit;
+
+-- name: set_pick_last
+-- The set's pick counter: the largest picked_at among its members (no row or NULL: none).
+SELECT picked_at
+FROM set_members
+WHERE room = :room AND name = :name
+ORDER BY picked_at DESC
+LIMIT 1;
+
+-- name: set_pick_mark
+-- Mark one member picked at :picked_at (a value of the set's pick counter).
+UPDATE set_members SET picked_at = :picked_at
+WHERE room = :room AND name = :name AND member = :member;
+
+-- name: set_size
+-- How many members a room's set has.
+SELECT count(*) FROM set_members WHERE room = :room AND name = :name;
+
+-- name: watch_data_version
+-- Changes when another connection (another process) has committed since the last reading.
+PRAGMA data_version;
+
+-- name: watch_seqs
+-- The last sequence number of each room in :rooms (a JSON array) that has a log.
+SELECT room, seq FROM rooms WHERE room IN (SELECT value FROM json_each(:rooms));
+
+-- name: delete_room_records
+-- Delete every record of a room.
+DELETE FROM records WHERE room = :room;
+
+-- name: delete_room_sets
+-- Delete every member of every set of a room.
+DELETE FROM set_members WHERE room = :room;
+
+-- name: delete_room_events
+-- Delete every event of a room's log.
+DELETE FROM events WHERE room = :room;
+
+-- name: delete_room_low
+-- Trim the whole log: the sequence continues, and cursors from before get CursorCompacted.
+UPDATE rooms SET low = seq + 1 WHERE room = :room;

@@ -10,6 +10,11 @@ transaction (see :mod:`.engine`), so concurrent writers share one commit and its
 sync. Results reach each event loop with one ``call_soon_threadsafe`` per batch; the
 thread per store, not a thread per call, keeps the overhead of a call to a few
 microseconds.
+
+The thread also wakes ``watch``: after each write transaction it notifies the
+:class:`~.watchers.Watchers` of the rooms it appended to, and while anyone is watching it
+polls every :data:`POLL_INTERVAL` seconds (one ``PRAGMA data_version``) for commits of
+other processes, waiting on its queue with a timeout instead of sleeping.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from agentrooms.errors import StoreUnavailable
 from agentrooms.store.sqlite.engine import Engine, Job
+from agentrooms.store.sqlite.watchers import Watchers
 
 MAX_BATCH = 64
+POLL_INTERVAL = 0.1  # seconds between checks for other processes' commits, while watched
 
 
 @dataclass(slots=True)
@@ -47,9 +55,15 @@ class Worker:
     def __init__(self, engine: Engine, name: str) -> None:
         self._engine = engine
         self.queue: queue.SimpleQueue[_Request | _Stop] = queue.SimpleQueue()
+        self.watchers = Watchers()
         self._closed = False
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
+
+    @property
+    def closed(self) -> bool:
+        """Stopped, stopping, or orphaned by a fork: no new jobs."""
+        return self._closed
 
     def submit(self, job: Job, write: bool) -> asyncio.Future[Any]:
         """Queue ``job``; the future resolves to its result or its error."""
@@ -87,21 +101,41 @@ class Worker:
     def _main(self) -> None:
         failure = self._engine.start()
         stop: _Stop | None = None
+        next_poll = 0.0  # monotonic time of the next poll, while someone is watching
         try:
             while stop is None:
-                requests, stop = self._next_batch()
+                timeout = None
+                if failure is None and self.watchers.waiting():
+                    timeout = max(0.0, next_poll - time.monotonic())
+                requests, stop = self._next_batch(timeout)
                 self._run(requests, failure)
+                if failure is None and time.monotonic() >= next_poll:
+                    rooms = self.watchers.rooms()
+                    if rooms:
+                        self._poll(rooms)
+                        next_poll = time.monotonic() + POLL_INTERVAL
         finally:
             self._closed = True
             self._engine.close()
             self._fail_queued()
+            self.watchers.fail("the sqlite store is closed")
             if stop is not None and stop.loop is not None and stop.future is not None:
                 _deliver(stop.loop, [(stop.future, None)])
 
-    def _next_batch(self) -> tuple[list[_Request], _Stop | None]:
-        """Everything queued now (at least one item, at most ``MAX_BATCH``)."""
+    def _poll(self, rooms: list[str]) -> None:
+        """Wake the watchers of ``rooms`` that another process appended to."""
+        seqs = self._engine.foreign_seqs(rooms)
+        if seqs:
+            self.watchers.notify(seqs)
+
+    def _next_batch(self, timeout: float | None) -> tuple[list[_Request], _Stop | None]:
+        """Everything queued now (at most ``MAX_BATCH``), waiting up to ``timeout``
+        seconds (``None``: as long as it takes) for the first item."""
         requests: list[_Request] = []
-        item = self.queue.get()
+        try:
+            item = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return requests, None
         while isinstance(item, _Request):
             requests.append(item)
             if len(requests) == MAX_BATCH:
@@ -122,6 +156,8 @@ class Worker:
             else:
                 outcomes = [_failed_start(failure) for _ in requests]
             _deliver_all(requests, outcomes)
+            if write and failure is None:
+                self.watchers.notify(self._engine.take_appended())
 
     def _fail_queued(self) -> None:
         while True:
