@@ -13,6 +13,7 @@ from agentrooms.store.redis.keys import (
     redact_url,
     room_keys,
     room_tag,
+    set_key,
     split_url,
 )
 
@@ -24,8 +25,11 @@ def test_layout() -> None:
         "ar:{ar:room-1}:i",
         "ar:{ar:room-1}:log",
         "ar:{ar:room-1}:r:",
+        "ar:{ar:room-1}:s:",
+        "ar:{ar:room-1}:sets",
     )
     assert record_key("ar", "room-1", "task/t1") == "ar:{ar:room-1}:r:task/t1"
+    assert set_key("ar", "room-1", "ready") == "ar:{ar:room-1}:s:ready"
     assert room_tag("ar", "room-1") == "{ar:room-1}"
 
 
@@ -33,14 +37,22 @@ def test_layout() -> None:
 def test_every_key_of_a_room_shares_one_hash_slot(key: str) -> None:
     keys = room_keys("p:x", "room é")
     slot = key_slot(room_tag("p:x", "room é")[1:-1].encode())
-    names = [keys.meta, keys.scan, keys.log, record_key("p:x", "room é", key)]
+    names = [*keys, record_key("p:x", "room é", key), set_key("p:x", "room é", key)]
     assert {key_slot(name.encode()) for name in names} == {slot}
     assert all(name.startswith("p:x:") for name in names)  # SCAN MATCH <prefix>* finds them
 
 
 def test_records_never_collide_with_room_keys_or_other_rooms() -> None:
     a, b = room_keys("ar", "a"), room_keys("ar", "a:b")
-    assert record_key("ar", "a", "m") not in {a.meta, a.scan, a.log}
+    own = {a.meta, a.scan, a.log, a.sets}
+    for name in ("m", "i", "log", "sets", "ets", "s:x", "r:x", ""):
+        assert record_key("ar", "a", name) not in own
+        assert set_key("ar", "a", name) not in own
+        assert set_key("ar", "a", name) != record_key("ar", "a", name)
+    # a set and a record of the same name, or named like each other's keys, never meet
+    assert not set_key("ar", "a", "x").startswith(a.record)
+    assert not record_key("ar", "a", "x").startswith(a.set)
+    assert not a.sets.startswith(a.set) and not a.sets.startswith(a.record)
     # a room named like another room plus a suffix has its own tag
     assert not record_key("ar", "a:b", "k").startswith(a.record)
     # and so does a prefix that looks like prefix + room

@@ -6,10 +6,13 @@ every other query parameter goes to redis-py. The key layout is in
 :mod:`agentrooms.store.redis.keys`; each script's KEYS, ARGV and reply are documented at
 the top of its ``.lua`` file next to this module.
 
-Round trips: one per call. ``read``, ``transact``, ``scan``, ``read_log`` and
-``trim_log`` are one EVALSHA each, ``last_seq`` one HGET. The scripts are loaded when the
-store is opened; if the server forgets them (restart, failover, SCRIPT FLUSH) the next
-call loads its script again and retries, once.
+Round trips: one per call (two for a ``watch`` that waits). ``read``, ``transact``,
+``scan``, ``read_log``, ``trim_log``, ``set_pick`` and ``delete_room`` are one EVALSHA each,
+``last_seq`` one HGET, ``set_size`` one ZCARD. ``watch`` is one HGET when the log is
+already past ``after`` (or the timeout is 0), else that and then a pipelined ``XREAD
+BLOCK`` and ``HGET`` on a watch connection (see :meth:`RedisStore._watch`). The scripts
+are loaded when the store is opened; if the server forgets them (restart, failover, SCRIPT
+FLUSH) the next call loads its script again and retries, once.
 
 Time is the server's: each script reads ``TIME`` and judges expiry by it. The fencing
 token of a value is computed here with :func:`~agentrooms.store.base.fence_of` when it is
@@ -27,6 +30,15 @@ deadline per call instead of a timer per read and, on Python 3.11, a task per se
 The hot path is lean: EVALSHA is packed here (:func:`pack_evalsha`) and sent on a pooled
 connection directly, skipping redis-py's per-command machinery; with the one deadline
 this makes a transact cost the client about what the bare redis-py EVALSHA costs.
+
+Blocking reads never use that pool: a ``watch`` that has to wait takes a connection of a
+second pool, the *watch pool*, kept for blocking reads only, so waiters never starve the
+hot path of connections (and a connection left mid-BLOCK can never serve a transact).
+It is bounded like the first (``max_connections``, default 100, so a store holds at most
+twice that many connections); waiters beyond the bound queue for a watch connection, their
+queueing counted against their own timeout. The blocking read is the one call that does
+not go through ``_call``: it is bounded by the watch's timeout plus ``socket_timeout``
+instead, and its errors become ``StoreUnavailable`` the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +46,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any, Self, TypeVar
 
@@ -57,7 +70,7 @@ from agentrooms.store.base import (
     Event,
     FenceAtMost,
     Limits,
-    PreparedAppend,
+    Prepared,
     PreparedWrite,
     Record,
     ScanPage,
@@ -69,7 +82,7 @@ from agentrooms.store.base import (
     fence_of,
 )
 from agentrooms.store.redis.durability import judge
-from agentrooms.store.redis.keys import redact_url, room_keys, split_url
+from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds one call may take, pool wait included, unless the URL gives ``socket_timeout``."""
@@ -98,7 +111,9 @@ _READ = _Script("read")
 _SCAN = _Script("scan")
 _READ_LOG = _Script("read_log")
 _TRIM_LOG = _Script("trim_log")
-SCRIPTS = (_TRANSACT, _READ, _SCAN, _READ_LOG, _TRIM_LOG)
+_SET_PICK = _Script("set_pick")
+_DELETE_ROOM = _Script("delete_room")
+SCRIPTS = (_TRANSACT, _READ, _SCAN, _READ_LOG, _TRIM_LOG, _SET_PICK, _DELETE_ROOM)
 
 
 # ------------------------------------------------------------- arguments and replies
@@ -129,13 +144,26 @@ def put_options(w: PreparedWrite) -> str:
     return f"t{w.ttl_ms} f{fence}" if fence else f"t{w.ttl_ms}"
 
 
+def set_op_arg(add: bool, member: str) -> str:
+    """One set op as ``transact.lua`` takes it: ``+member`` (add) or ``-member`` (remove)."""
+    return ("+" if add else "-") + member
+
+
 def pack_evalsha(sha: str, keys: Sequence[_Arg], args: Sequence[_Arg]) -> list[bytes]:
     """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings, the bytes
     redis-py's ``pack_command`` makes, at a quarter of its cost (it calls an encoder per
     argument and rebuilds its buffer per argument). Large arguments are not copied."""
     head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + len(keys) + len(args), sha.encode())
-    parts = [head]
-    for arg in (len(keys), *keys, *args):  # text is valid Unicode: base.py checks it
+    return _pack_args([head], (len(keys), *keys, *args))
+
+
+def pack_command(*args: _Arg) -> list[bytes]:
+    """Any command as a RESP array of bulk strings (as :func:`pack_evalsha`)."""
+    return _pack_args([b"*%d\r\n" % len(args)], args)
+
+
+def _pack_args(parts: list[bytes], args: Iterable[_Arg]) -> list[bytes]:
+    for arg in args:  # text is valid Unicode: base.py checks it
         if isinstance(arg, str):
             data = arg.encode()
         elif isinstance(arg, int):
@@ -147,6 +175,27 @@ def pack_evalsha(sha: str, keys: Sequence[_Arg], args: Sequence[_Arg]) -> list[b
         else:
             parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return parts
+
+
+def watch_command(keys: RoomKeys, after: int, block_ms: int) -> list[bytes]:
+    """What a waiting ``watch`` sends, pipelined: ``XREAD COUNT 1 BLOCK <ms> STREAMS <log>
+    <after>-0`` (returns once the log has an entry above ``after``, or after ``block_ms``)
+    then ``HGET <meta> seq``, which the server runs only when the XREAD has returned, so
+    its reply is the newest sequence number at wake-up (the meta hash is the truth: the
+    log may have been trimmed or deleted). ``after`` is clamped to :data:`MAX_SEQ`."""
+    assert block_ms > 0  # BLOCK 0 would wait forever
+    return [
+        *pack_command(
+            "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.log, f"{min(after, MAX_SEQ)}-0"
+        ),
+        *pack_command("HGET", keys.meta, "seq"),
+    ]
+
+
+def block_ms(seconds: float) -> int:
+    """A positive timeout in seconds as a BLOCK argument: whole milliseconds, rounded up
+    (never 0, which means "forever" to Redis)."""
+    return max(1, math.ceil(seconds * 1000))
 
 
 def _record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
@@ -196,6 +245,8 @@ class RedisStore(Store):
             raise BadRequest(f"unknown parameter in Redis URL {redact_url(url)!r}: {exc}") from exc
         self._redis: Redis = Redis.from_pool(pool)
         self._free = asyncio.Semaphore(pool.max_connections)
+        self._watch_pool = ConnectionPool(**options)  # blocking reads only: see _watch
+        self._watchers = asyncio.Semaphore(self._watch_pool.max_connections)
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
@@ -204,6 +255,7 @@ class RedisStore(Store):
             await store._call(store._load_scripts)
         except BaseException:
             await store._redis.aclose()
+            await store._watch_pool.aclose()
             raise
         return store
 
@@ -263,27 +315,28 @@ class RedisStore(Store):
                 found[key] = _record(key, version, reply[3 * i - 1], reply[3 * i])
         return Snapshot(found, reply[0] / 1000.0)
 
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
-        meta, scan, log, base = room_keys(self.prefix, room)
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)
+        compares, set_ops = ops.compares, ops.set_ops
         keys = [meta, scan, log]
-        args: list[_Arg] = [len(compares)]
+        args: list[_Arg] = [len(compares), len(set_ops)]
         for c in compares:
             keys.append(base + c.key)
             args.append(compare_arg(c))
         puts = []
-        for w in writes:
+        for w in ops.writes:
             keys.append(base + w.key)
             if w.value_json is None:
                 args += (w.key, "", "")
             else:
                 puts.append(w.key)
                 args += (w.key, w.value_json, put_options(w))
+        if set_ops:
+            for op in set_ops:
+                keys.append(set_base + op.name)
+                args.append(set_op_arg(op.add, op.member))
+            keys.append(registry)
+        appends = ops.appends
         for a in appends:
             args += (a.type, a.data_json)
         reply = await self._run(_TRANSACT, keys, args)
@@ -332,6 +385,79 @@ class RedisStore(Store):
         seq = await self._call(self._redis.hget, room_keys(self.prefix, room).meta, "seq")
         return 0 if seq is None else int(seq)
 
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        keys = room_keys(self.prefix, room)
+        picked = await self._run(_SET_PICK, [keys.meta, keys.set + name], [count])
+        return [member.decode() for member in picked]
+
+    async def _set_size(self, room: str, name: str) -> int:
+        size: int = await self._call(self._redis.zcard, room_keys(self.prefix, room).set + name)
+        return size
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        """One HGET; if the log is not yet past ``after``, a blocking read on a watch
+        connection (:func:`watch_command`) until an append or the timeout.
+
+        The HGET first matters: after ``delete_room`` the log may hold no entry above
+        ``after`` although the sequence is past it (``trim_log`` always keeps the newest
+        entry, so it cannot cause this; either way the answer comes from the meta
+        hash, never from the stream). An append that lands between the HGET and the
+        XREAD is still seen (XREAD returns at once: its entry is above ``after``), unless
+        ``delete_room`` removes it in that instant too; then the wait ends at the
+        timeout, with the right answer.
+
+        A watch connection is used by one waiter at a time and only ever holds the
+        pending XREAD + HGET; if the wait ends any other way than with both replies
+        read (cancellation, deadline, error), the connection is closed before it goes
+        back to the pool, which also frees the blocked client on the server.
+        """
+        seq = await self._last_seq(room)
+        if seq > after or timeout <= 0:
+            return seq
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if not self._watchers.locked():
+            await self._watchers.acquire()  # returns at once (no task, unlike wait_for)
+        else:
+            try:
+                await asyncio.wait_for(self._watchers.acquire(), timeout)
+            except TimeoutError:  # every watch connection stayed busy for the whole wait
+                return await self._last_seq(room)
+        try:
+            left = deadline - loop.time()
+            if left > 0:
+                command = watch_command(room_keys(self.prefix, room), after, block_ms(left))
+                async with asyncio.timeout(left + self.timeout):
+                    return await self._block(command)
+        except (RedisError, OSError) as exc:  # a timeout is an OSError too
+            raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._watchers.release()
+        return await self._last_seq(room)
+
+    async def _block(self, command: list[bytes]) -> int:
+        """Send ``command`` (:func:`watch_command`) on a watch connection; return the
+        HGET's reply. The connection goes back to the pool only with nothing pending."""
+        pool = self._watch_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
+        clean = False
+        try:
+            await conn.send_packed_command(command)
+            await conn.read_response()  # XREAD: None on timeout, else the first new entry
+            seq = await conn.read_response()
+            clean = True
+        finally:
+            try:
+                if not clean:  # a reply may be pending: never hand this connection on
+                    await conn.disconnect(nowait=True)
+            finally:  # even if cancelled again here: the pool must get its slot back
+                await asyncio.shield(pool.release(conn))
+        return 0 if seq is None else int(seq)
+
+    async def _delete_room(self, room: str) -> None:
+        keys = room_keys(self.prefix, room)
+        await self._run(_DELETE_ROOM, [keys.meta, keys.scan, keys.log, keys.sets], [keys.record])
+
     async def _info(self) -> StoreInfo:
         config, version = await self._call(self._settings)
         durability, warnings = judge(config)
@@ -359,4 +485,7 @@ class RedisStore(Store):
         return config, None if version is None else _text(version)
 
     async def _close(self) -> None:
-        await self._call(self._redis.aclose)
+        try:
+            await self._call(self._redis.aclose)
+        finally:
+            await self._watch_pool.aclose()

@@ -7,7 +7,10 @@ the prefix so that ``SCAN MATCH <prefix>*`` finds all of a deployment's keys::
 
     <p>:{<p>:<room>}:m          hash        room meta: ``ver`` (last version given),
                                             ``seq`` (last event sequence number),
-                                            ``low`` (first readable sequence number; 1)
+                                            ``low`` (first readable sequence number; 1),
+                                            ``pick`` (last pick stamp given by set_pick);
+                                            the only key delete_room keeps (with
+                                            ``low`` = ``seq`` + 1)
     <p>:{<p>:<room>}:i          sorted set  scan index: one member per record key name,
                                             score 0, so ZRANGEBYLEX is UTF-8 byte order
                                             (= Unicode code point order)
@@ -17,9 +20,18 @@ the prefix so that ``SCAN MATCH <prefix>*`` finds all of a deployment's keys::
                                             ``n`` (version), ``e`` (expiry, ms since the
                                             epoch, only with a TTL; PEXPIREAT set too),
                                             ``f`` (fencing token, only when not 0)
+    <p>:{<p>:<room>}:s:<name>   sorted set  one set of the room (SetAdd / SetRemove): one
+                                            member per set member, scored by pick order:
+                                            0 = never picked, else the ``pick`` stamp of
+                                            its last pick; (score, member) order is the
+                                            order set_pick hands members out in
+    <p>:{<p>:<room>}:sets       set         the key of every non-empty set of the room
+                                            (added with its first member, removed with its
+                                            last), so delete_room can find them
 
-Record names may hold any character (a ``}`` in a key is harmless: only the first tag
-counts). Record keys all contain ``:r:``, so they never collide with the room's own keys.
+Record and set names may hold any character (a ``}`` in a key is harmless: only the first
+tag counts). Record keys all contain ``:r:`` and set keys ``:s:`` right after the tag, so
+they never collide with each other or with the room's own keys.
 """
 
 from __future__ import annotations
@@ -35,12 +47,15 @@ MAX_PREFIX_BYTES = 100
 
 
 class RoomKeys(NamedTuple):
-    """The keys of one room; ``record`` is the prefix of its record keys."""
+    """The keys of one room; ``record`` and ``set`` are the prefixes of its record and
+    set keys, ``sets`` the registry of its non-empty sets."""
 
     meta: str
     scan: str
     log: str
     record: str
+    set: str
+    sets: str
 
 
 def room_tag(prefix: str, room: str) -> str:
@@ -52,11 +67,15 @@ def room_tag(prefix: str, room: str) -> str:
 def room_keys(prefix: str, room: str) -> RoomKeys:
     """The keys of ``room`` (cached: a busy room's names are built once)."""
     base = f"{prefix}:{{{prefix}:{room}}}:"
-    return RoomKeys(base + "m", base + "i", base + "log", base + "r:")
+    return RoomKeys(base + "m", base + "i", base + "log", base + "r:", base + "s:", base + "sets")
 
 
 def record_key(prefix: str, room: str, key: str) -> str:
     return room_keys(prefix, room).record + key
+
+
+def set_key(prefix: str, room: str, name: str) -> str:
+    return room_keys(prefix, room).set + name
 
 
 def check_prefix(prefix: str) -> str:

@@ -1,4 +1,4 @@
--- transact: check every compare, then apply every write and append; all or nothing.
+-- transact: check every compare, then apply every write, set op and append; all or nothing.
 --
 -- Touches only keys named in KEYS, all in the room's hash slot (see keys.py):
 --   KEYS[1]                  room meta hash      (HINCRBY ver / seq)
@@ -6,14 +6,20 @@
 --   KEYS[3]                  room event log      (XADD <seq>-0)
 --   KEYS[3+1 .. 3+C]         record of each compare, in compare order (HMGET)
 --   KEYS[3+C+1 .. 3+C+W]     record of each write, in write order (DEL, HSET, PEXPIREAT)
+--   KEYS[3+C+W+1 .. +S]      set of each set op, in order (ZADD NX 0 / ZREM)
+--   KEYS[3+C+W+S+1]          the room's set registry (SADD / SREM), only when S > 0
 --
--- ARGV[1]                    C, the number of compares (W and A follow from #KEYS, #ARGV)
+-- ARGV[1]                    C, the number of compares
+-- ARGV[2]                    S, the number of set ops (W and A follow from #KEYS, #ARGV)
 --   then per compare, 1 each: 'v<version>' version equals | 'a' absent | 'p' present |
 --                             'f<fence>' fence at most (decimal integers, >= 0)
 --   then per write, 3 each:  name, value JSON ('' = delete: JSON text is never empty),
 --                             options: '' or space-separated 't<ttl ms>' and 'f<fence>'
 --                             (the value's fencing token when not 0, computed by the
 --                             caller with agentrooms' fence_of and stored as field f)
+--   then per set op, 1 each: '+<member>' add (a member already there keeps its pick
+--                             order) | '-<member>' remove (a member added again later is
+--                             never-picked again)
 --   then per append, 2 each: type, data JSON
 --
 -- Returns one of
@@ -25,11 +31,13 @@
 --   {2, i1, version1 | false, i2, ...}   every failing version/absent/present compare with
 --                                        the record's current version (false = absent)
 -- Nothing is written unless the reply starts with 0. Time is the server's (TIME); a
--- record whose expiry is at or before now is absent to every compare.
+-- record whose expiry is at or before now is absent to every compare. Set ops are applied
+-- in order after the writes: a set's key is in the registry exactly while it has members.
 
-local C = tonumber(ARGV[1])
-local W = #KEYS - 3 - C
-local A = (#ARGV - 1 - C - 3 * W) / 2
+local C, S = tonumber(ARGV[1]), tonumber(ARGV[2])
+local W = #KEYS - 3 - C - S
+if S > 0 then W = W - 1 end
+local A = (#ARGV - 2 - C - 3 * W - S) / 2
 local meta, index, log = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,7 +60,7 @@ end
 -- compares: read everything first, write nothing
 local failed = {2}
 for i = 1, C do
-  local op, operand = string.sub(ARGV[1 + i], 1, 1), string.sub(ARGV[1 + i], 2)
+  local op, operand = string.sub(ARGV[2 + i], 1, 1), string.sub(ARGV[2 + i], 2)
   local rec = redis.call('HMGET', KEYS[3 + i], 'n', 'e', 'f')
   local version = rec[1]
   if version and rec[2] and tonumber(rec[2]) <= now then version = false end
@@ -67,8 +75,9 @@ for i = 1, C do
 end
 if #failed > 1 then return failed end
 
-local w0 = 1 + C -- ARGV index just before the first write
-local a0 = w0 + 3 * W -- ARGV index just before the first append
+local w0 = 2 + C -- ARGV index just before the first write
+local s0 = w0 + 3 * W -- ARGV index just before the first set op
+local a0 = s0 + S -- ARGV index just before the first append
 
 local puts = 0
 for j = 1, W do
@@ -112,6 +121,18 @@ for j = 1, W do
     redis.call('HSET', key, unpack(fields))
     if at then redis.call('PEXPIREAT', key, int(at)) end -- so Redis reclaims the memory
     redis.call('ZADD', index, 0, name)
+  end
+end
+
+local registry = KEYS[4 + C + W + S]
+for j = 1, S do
+  local key, op = KEYS[3 + C + W + j], ARGV[s0 + j]
+  if string.byte(op, 1) == 43 then -- '+'
+    if redis.call('ZADD', key, 'NX', 0, string.sub(op, 2)) == 1 then
+      redis.call('SADD', registry, key)
+    end
+  elseif redis.call('ZREM', key, string.sub(op, 2)) == 1 and redis.call('EXISTS', key) == 0 then
+    redis.call('SREM', registry, key)
   end
 end
 

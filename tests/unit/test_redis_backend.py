@@ -1,0 +1,298 @@
+"""The Redis backend's own pieces: command packing (pure), and what the conformance suite
+cannot see from outside — watch connections, cancellation, the keys left behind by
+``delete_room``, the set registry, and pick order against the reference backend."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+from redis.asyncio.connection import Connection
+
+from agentrooms.store import Append, Put, SetAdd, SetRemove, open_store
+from agentrooms.store.memory import MemoryStore
+from agentrooms.store.redis.backend import (
+    MAX_SEQ,
+    RedisStore,
+    block_ms,
+    pack_command,
+    pack_evalsha,
+    set_op_arg,
+    watch_command,
+)
+from agentrooms.store.redis.keys import room_keys, split_url
+
+# ----------------------------------------------------------------------------- pure
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("HGET", "ar:{ar:r}:m", "seq"),
+        ("XREAD", "COUNT", 1, "BLOCK", 250, "STREAMS", "k", "7-0"),
+        ("SET", "日本", b"\x00\xff", "x" * 5000),
+        ("PING",),
+    ],
+)
+def test_pack_command_makes_the_bytes_redis_py_makes(args: tuple[str | int | bytes, ...]) -> None:
+    assert b"".join(pack_command(*args)) == b"".join(Connection().pack_command(*args))
+
+
+def test_pack_evalsha_makes_the_bytes_redis_py_makes() -> None:
+    sha = "a" * 40
+    keys = ["k1", "k{2}"]
+    args: list[str | int | bytes] = [3, "é", "", b"\x01", "y" * 5000]
+    expected = Connection().pack_command("EVALSHA", sha, len(keys), *keys, *args)
+    assert b"".join(pack_evalsha(sha, keys, args)) == b"".join(expected)
+
+
+def test_watch_command_reads_the_log_then_the_sequence() -> None:
+    keys = room_keys("ar", "r")
+    sent = b"".join(watch_command(keys, 41, 1500))
+    expected = Connection().pack_command(
+        "XREAD", "COUNT", 1, "BLOCK", 1500, "STREAMS", keys.log, "41-0"
+    ) + Connection().pack_command("HGET", keys.meta, "seq")
+    assert sent == b"".join(expected)
+    # an ID Redis accepts, whatever after is (sequence numbers never get that far)
+    assert f"{MAX_SEQ}-0".encode() in b"".join(watch_command(keys, 10**40, 1))
+    with pytest.raises(AssertionError):
+        watch_command(keys, 0, 0)  # BLOCK 0 means forever
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ms"), [(0.0, 1), (1e-9, 1), (0.001, 1), (0.0011, 2), (0.3, 300), (3600, 3_600_000)]
+)
+def test_block_ms_rounds_up_and_is_never_zero(seconds: float, ms: int) -> None:
+    assert block_ms(seconds) == ms
+
+
+def test_set_op_arg() -> None:
+    assert set_op_arg(True, "t1") == "+t1"
+    assert set_op_arg(False, "-x") == "--x"
+    assert set_op_arg(True, "+") == "++"
+
+
+# ------------------------------------------------------------------- with a server
+
+
+@pytest.fixture
+async def raw(redis_url: str) -> AsyncIterator[aredis.Redis]:
+    client = aredis.Redis.from_url(split_url(redis_url)[0])
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def redis_store(redis_url: str) -> AsyncIterator[RedisStore]:
+    store = await open_store(redis_url)
+    assert isinstance(store, RedisStore)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _text(value: bytes | str) -> str:
+    return value if isinstance(value, str) else value.decode()
+
+
+def _room() -> str:
+    return f"unit-{uuid.uuid4().hex[:12]}"
+
+
+def _watch_addresses(store: RedisStore) -> set[str]:
+    """``host:port`` of ``store``'s watch connections in use, as CLIENT LIST names them."""
+    found = set()
+    for conn in store._watch_pool._in_use_connections:
+        writer = getattr(conn, "_writer", None)
+        if writer is not None:
+            host, port = writer.get_extra_info("sockname")[:2]
+            found.add(f"{host}:{port}")
+    return found
+
+
+async def _blocked(raw: aredis.Redis, addresses: set[str]) -> set[str]:
+    """Those of ``addresses`` whose client is blocked in XREAD on the server."""
+    clients: list[dict[str, str]] = await raw.client_list()
+    return {
+        c["addr"]
+        for c in clients
+        if c["addr"] in addresses and c["cmd"] == "xread" and "b" in c["flags"]
+    }
+
+
+async def _until_blocked(
+    raw: aredis.Redis, store: RedisStore, addresses: set[str], blocked: bool
+) -> bool:
+    """Wait (up to 5 s) until one of ``store``'s watch connections (collected into
+    ``addresses``) is blocked on the server, or, with ``blocked=False``, none is."""
+    deadline = time.monotonic() + 5
+    while True:
+        addresses.update(_watch_addresses(store))
+        if bool(await _blocked(raw, addresses)) == blocked:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+
+
+async def test_a_cancelled_watch_frees_its_connection_and_the_server(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    room = _room()
+    await redis_store.transact(room, appends=[Append("a")])
+    for _ in range(3):
+        task = asyncio.create_task(redis_store.watch(room, 1, 30))
+        addresses: set[str] = set()
+        assert await _until_blocked(raw, redis_store, addresses, True)
+        assert len(addresses) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not redis_store._watch_pool._in_use_connections
+        assert await _until_blocked(raw, redis_store, addresses, False)
+    # the pool still works, and no stale reply is read by the next waiter
+    waiting = asyncio.create_task(redis_store.watch(room, 1, 10))
+    await asyncio.sleep(0.1)
+    await redis_store.transact(room, appends=[Append("b"), Append("c")])
+    assert await asyncio.wait_for(waiting, 5) == 3
+    assert redis_store._watchers._value == redis_store._watch_pool.max_connections
+
+
+async def test_a_watch_deadline_cancelling_the_read_leaks_nothing(redis_store: RedisStore) -> None:
+    room = _room()
+    for _ in range(3):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(redis_store.watch(room, 0, 30), 0.1)
+    assert not redis_store._watch_pool._in_use_connections
+    assert redis_store._watchers._value == redis_store._watch_pool.max_connections
+    assert await redis_store.watch(room, 0, 0.05) == 0
+
+
+async def test_waiters_never_take_the_hot_paths_connections(redis_url: str) -> None:
+    store = await open_store(redis_url + "&max_connections=1")
+    assert isinstance(store, RedisStore)
+    room, other = _room(), _room()
+    try:
+        first = asyncio.create_task(store.watch(room, 0, 20))
+        second = asyncio.create_task(store.watch(other, 0, 20))  # queues: one watch conn
+        await asyncio.sleep(0.2)
+        for i in range(20):  # the one hot connection stays free for these
+            await asyncio.wait_for(store.transact(_room(), writes=[Put("k", i)]), 2)
+        await store.transact(room, appends=[Append("wake")])
+        await store.transact(other, appends=[Append("wake"), Append("again")])
+        assert list(await asyncio.wait_for(asyncio.gather(first, second), 5)) == [1, 2]
+    finally:
+        await store.close()
+
+
+async def test_watch_sees_the_sequence_past_a_deleted_or_trimmed_log(
+    redis_store: RedisStore,
+) -> None:
+    room = _room()
+    await redis_store.transact(room, appends=[Append("a"), Append("b"), Append("c")])
+    assert await redis_store.trim_log(room, 99) == 4  # the newest event stays readable
+    assert await redis_store.watch(room, 1, 5) == 3
+    waiting = asyncio.create_task(redis_store.watch(room, 3, 10))
+    await asyncio.sleep(0.1)
+    await redis_store.delete_room(room)  # the log is gone; the waiter keeps waiting
+    assert await redis_store.watch(room, 0, 5) == 3
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await redis_store.transact(room, appends=[Append("d")])
+    assert await asyncio.wait_for(waiting, 5) == 4
+
+
+async def test_delete_room_leaves_only_the_counters(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    room, kept = _room(), _room()
+    keys = room_keys(redis_store.prefix, room)
+    await redis_store.transact(room, writes=[Put(f"k{i:04}", i) for i in range(2500)])
+    await redis_store.transact(
+        room,
+        writes=[Put("ttl", 1, ttl=60), *(SetAdd(f"set{i}", "m") for i in range(5))],
+        appends=[Append("e1"), Append("e2")],
+    )
+    await redis_store.transact(
+        room, writes=[SetAdd("big", f"m{i:05}") for i in range(3000)], appends=[Append("e3")]
+    )
+    await redis_store.transact(kept, writes=[Put("k0001", "kept"), SetAdd("s", "m")])
+    await redis_store.delete_room(room)
+    left = [_text(k) async for k in raw.scan_iter(match=keys.meta[:-1] + "*")]
+    assert left == [keys.meta]
+    meta = {_text(k): _text(v) for k, v in (await raw.hgetall(keys.meta)).items()}
+    assert meta["seq"] == "3" and meta["low"] == "4" and int(meta["ver"]) >= 2501
+    assert (await redis_store.read(kept, ["k0001"])).value("k0001") == "kept"
+    assert await redis_store.set_size(kept, "s") == 1
+
+
+async def test_the_set_registry_holds_exactly_the_non_empty_sets(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    room = _room()
+    keys = room_keys(redis_store.prefix, room)
+
+    async def registry() -> set[str]:
+        return {_text(m) for m in await raw.smembers(keys.sets)}
+
+    await redis_store.transact(room, writes=[SetAdd("a", "x"), SetAdd("a", "y"), SetAdd("b", "x")])
+    assert await registry() == {keys.set + "a", keys.set + "b"}
+    await redis_store.set_pick(room, "a", 1)
+    await redis_store.transact(room, writes=[SetRemove("a", "x"), SetRemove("b", "nope")])
+    assert await registry() == {keys.set + "a", keys.set + "b"}
+    await redis_store.transact(room, writes=[SetRemove("a", "y"), SetRemove("b", "x")])
+    assert await registry() == set()
+    assert await raw.exists(keys.set + "a", keys.set + "b", keys.sets) == 0
+    await redis_store.transact(room, writes=[SetAdd("a", "z"), SetRemove("a", "z")])
+    assert await raw.exists(keys.set + "a", keys.sets) == 0
+
+
+async def test_large_picks_go_round_the_set_in_order(redis_store: RedisStore) -> None:
+    room = _room()
+    members = [f"m{i:05}" for i in range(3000)]
+    await redis_store.transact(room, writes=[SetAdd("s", m) for m in reversed(members)])
+    assert await redis_store.set_pick(room, "s", 2500) == members[:2500]
+    assert await redis_store.set_pick(room, "s", 1000) == members[2500:] + members[:500]
+    assert await redis_store.set_pick(room, "s", 3) == members[500:503]
+
+
+async def test_pick_order_matches_the_reference_backend(redis_store: RedisStore) -> None:
+    """Random adds, removes and picks, with members that sort differently by UTF-16
+    or by locale than by code point."""
+    room, memory = _room(), MemoryStore()
+    members = [
+        "a",
+        "B",
+        "aa",
+        "a b",
+        "é",
+        "e\u0301",
+        "日本",
+        "\uff5a",
+        "\uffff",
+        "\U00010000",
+        "😀",
+    ]
+    rnd = random.Random(20240611)
+    for step in range(400):
+        choice = rnd.random()
+        if choice < 0.45:
+            count = rnd.randint(1, 6)
+            got = await redis_store.set_pick(room, "s", count)
+            assert got == await memory.set_pick(room, "s", count), step
+        else:
+            ops = [
+                (SetAdd if rnd.random() < 0.6 else SetRemove)("s", rnd.choice(members))
+                for _ in range(rnd.randint(1, 3))
+            ]
+            for store in (redis_store, memory):
+                await store.transact(room, writes=ops)
+        assert await redis_store.set_size(room, "s") == await memory.set_size(room, "s")
