@@ -1,0 +1,97 @@
+"""The HTTP surface: a stateless FastAPI app over one store, and ``serve`` to run it.
+
+::
+
+    from agentrooms.server import AuthConfig, HttpLimits, create_app, serve
+
+    serve("sqlite:///agentrooms.db", "127.0.0.1", 8080, AuthConfig(dev=True))
+
+Tokens are minted, revoked and listed with :func:`mint`, :func:`revoke` and
+:func:`list_tokens` (the CLI wraps them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrooms.server.app import create_app
+from agentrooms.server.auth import (
+    SCOPES,
+    AuthConfig,
+    MintedToken,
+    Principal,
+    TokenInfo,
+    list_tokens,
+    mint,
+    revoke,
+)
+from agentrooms.server.limits import HttpLimits
+from agentrooms.store import Limits, open_store
+
+__all__ = [
+    "LOOPBACK",
+    "SCOPES",
+    "AuthConfig",
+    "HttpLimits",
+    "MintedToken",
+    "Principal",
+    "TokenInfo",
+    "check_bind",
+    "create_app",
+    "list_tokens",
+    "mint",
+    "revoke",
+    "serve",
+]
+
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
+
+
+def check_bind(host: str, auth: AuthConfig) -> None:
+    """Dev mode (no tokens) serves only the loopback interface: ``ValueError`` otherwise."""
+    if auth.dev and host.strip("[]") not in LOOPBACK:
+        raise ValueError(
+            f"refusing to serve without tokens on {host!r}: dev mode binds only "
+            "127.0.0.1 or ::1 (mint tokens to serve other interfaces)"
+        )
+
+
+def serve(
+    store_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    auth: AuthConfig | None = None,
+    limits: HttpLimits | None = None,
+    *,
+    store_limits: Limits | None = None,
+    log_level: str = "info",
+) -> None:
+    """Open the store at ``store_url`` and serve the API on ``host:port`` with uvicorn
+    until interrupted; the store is closed on the way out."""
+    config = auth if auth is not None else AuthConfig()
+    check_bind(host, config)
+    asyncio.run(
+        _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, log_level)
+    )
+
+
+async def _serve(
+    store_url: str,
+    host: str,
+    port: int,
+    auth: AuthConfig,
+    limits: HttpLimits,
+    store_limits: Limits | None,
+    log_level: str,
+) -> None:
+    import uvicorn
+
+    store = await open_store(store_url, limits=store_limits)
+    try:
+        app = create_app(store, auth=auth, limits=limits)
+        config = uvicorn.Config(
+            app, host=host.strip("[]"), port=port, log_level=log_level, proxy_headers=False
+        )
+        await uvicorn.Server(config).serve()
+    finally:
+        await store.close()

@@ -1,0 +1,187 @@
+"""The gate every request passes before any route runs (a pure ASGI middleware).
+
+In order, each step answering with the error envelope and ending the request:
+
+1. a token in the query string (``token`` / ``access_token``): ``401``, and it is not used;
+2. a ``Content-Length`` over the body limit: ``413`` before a byte of the body is read;
+3. under ``/v1/``: the bearer token (one read of its record in the reserved ``_auth``
+   room), or dev mode's caller: ``401``;
+4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
+   *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
+5. the body, read chunk by chunk and counted: ``413`` at the first byte over the limit
+   (chunked bodies and lying ``Content-Length`` headers alike), the rest left unread;
+6. a JSON body's shape (depth, strings, items; NaN, surrogates): ``400``.
+
+Only then does the application see the request, with the body replayed from memory and
+the caller at ``scope["agentrooms.principal"]``. Nothing over a limit reaches a room's
+records: the only store access before the limits is the token lookup.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+from urllib.parse import parse_qsl
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentrooms.errors import (
+    AgentroomsError,
+    BadRequest,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthorized,
+)
+from agentrooms.server.auth import (
+    AuthConfig,
+    Principal,
+    authenticate,
+    dev_principal,
+    hash_secret,
+    parse_bearer,
+)
+from agentrooms.server.envelope import error_response
+from agentrooms.server.limits import HttpLimits, RateLimiter, parse_json
+from agentrooms.store.base import Store
+
+__all__ = ["PRINCIPAL", "Gate"]
+
+PRINCIPAL = "agentrooms.principal"
+_QUERY_TOKENS = frozenset({"token", "access_token"})
+_KNOWN_TOKENS = 10_000
+
+
+class _Gone(Exception):
+    """The client disconnected while sending its body: nobody to answer."""
+
+
+class Gate:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        store: Store,
+        auth: AuthConfig,
+        limits: HttpLimits,
+    ) -> None:
+        self.app, self.store, self.auth, self.limits = app, store, auth, limits
+        self.limiter = None if limits.rate is None else RateLimiter(limits.rate, limits.burst)
+        # token id -> (secret hash, agent): lets step 4 run before the store read
+        self._known: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            headers = Headers(scope=scope)
+            self._check_query(scope)
+            self._check_length(headers)
+            if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
+                scope[PRINCIPAL] = await self._admit(headers)
+            receive = await self._buffer(scope, headers, receive)
+        except _Gone:
+            return
+        except AgentroomsError as exc:
+            extra = {"Connection": "close"} if isinstance(exc, PayloadTooLarge) else {}
+            await error_response(exc, headers=extra)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    # -- steps -----------------------------------------------------------------------
+
+    @staticmethod
+    def _check_query(scope: Scope) -> None:
+        query = scope.get("query_string", b"").decode("latin-1")
+        names = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+        if names & _QUERY_TOKENS:
+            raise Unauthorized(
+                "tokens are not accepted in the query string (it ends up in logs); "
+                "send 'Authorization: Bearer <token>'"
+            )
+
+    def _check_length(self, headers: Headers) -> None:
+        declared = headers.get("content-length")
+        if declared is None:
+            return
+        if not declared.strip().isdigit():
+            raise BadRequest("Content-Length must be a non-negative integer")
+        if int(declared) > self.limits.max_body_bytes:
+            raise PayloadTooLarge(
+                f"the body of {int(declared)} bytes is over the {self.limits.max_body_bytes}-byte "
+                "limit"
+            )
+
+    async def _admit(self, headers: Headers) -> Principal:
+        authorization = headers.get("authorization")
+        if authorization is None and self.auth.dev:
+            principal = dev_principal(self.auth, headers.get("x-agent"))
+            self._charge(principal.agent)
+            return principal
+        token_id, secret = parse_bearer(authorization)
+        known = self._known.get(token_id)
+        proven = known is not None and hmac.compare_digest(known[0], hash_secret(secret))
+        if known is not None and proven:
+            self._charge(known[1])
+        principal, stored = await authenticate(self.store, token_id, secret)
+        self._known[token_id] = (stored, principal.agent)
+        self._known.move_to_end(token_id)
+        if len(self._known) > _KNOWN_TOKENS:
+            self._known.popitem(last=False)
+        if not proven:
+            self._charge(principal.agent)
+        return principal
+
+    def _charge(self, agent: str) -> None:
+        if self.limiter is None:
+            return
+        wait = self.limiter.take(agent)
+        if wait > 0:
+            raise RateLimited(
+                wait, f"agent {agent!r} is over its request rate; retry after {wait:.3f}s"
+            )
+
+    async def _buffer(self, scope: Scope, headers: Headers, receive: Receive) -> Receive:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Gone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limits.max_body_bytes:
+                raise PayloadTooLarge(
+                    f"the body is over the {self.limits.max_body_bytes}-byte limit "
+                    "(stopped reading there)"
+                )
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if body and _is_json(headers.get("content-type")):
+            parse_json(body, self.limits)
+        return _replay(body, receive)
+
+
+def _is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

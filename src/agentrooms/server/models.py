@@ -1,0 +1,317 @@
+"""Request and response bodies: the models FastAPI validates with and the OpenAPI
+document is generated from, so the two cannot drift.
+
+Request models are strict (no type coercion, no unknown fields) and carry the same
+bounds as the library checks, so a request the schema calls invalid is a ``400`` before
+any route runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from agentrooms.rooms import Document, Lease, LockInfo, Member, RoomInfo, Task
+from agentrooms.store.base import Event
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+MAX_INT = 2**53 - 1  # exact in every JSON implementation
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class In(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+# ----------------------------------------------------------------------------- rooms
+
+
+class RoomCreate(In):
+    name: Name
+    description: str = Field(default="", max_length=10_000)
+    metadata: JsonValue = None
+
+
+class RoomOut(BaseModel):
+    name: str
+    description: str
+    metadata: JsonValue
+    created_at: float
+    archived: bool
+    last_seq: int
+    ready: int
+
+    @classmethod
+    def of(cls, info: RoomInfo) -> RoomOut:
+        return cls(
+            name=info.name,
+            description=info.description,
+            metadata=info.metadata,
+            created_at=info.created_at,
+            archived=info.archived,
+            last_seq=info.last_seq,
+            ready=info.ready,
+        )
+
+
+class RoomList(BaseModel):
+    rooms: list[RoomOut]
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+class TaskIn(In):
+    id: Name
+    title: str = Field(default="", max_length=1000)
+    payload: JsonValue = None
+    deps: list[Name] = Field(default_factory=list, max_length=1000)
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+
+
+class TasksAdd(In):
+    tasks: list[TaskIn] = Field(min_length=1, max_length=1000)
+
+
+class TasksAdded(BaseModel):
+    ready: list[str] = Field(description="ids of the added tasks that are ready at once")
+
+
+class TaskOut(BaseModel):
+    id: str
+    title: str
+    payload: JsonValue
+    status: Literal["pending", "ready", "claimed", "done", "failed", "cancelled"]
+    deps: list[str]
+    waiting_on: list[str]
+    dependents: list[str]
+    owner: str | None
+    result: JsonValue
+    error: JsonValue
+    attempts: int
+    max_attempts: int
+    fence: int
+    lease_expires: float | None
+    version: int
+
+    @classmethod
+    def of(cls, task: Task) -> TaskOut:
+        return cls.model_validate({**task.to_value(), "version": task.version})
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskOut]
+
+
+class ClaimIn(In):
+    agent: Name | None = Field(default=None, description="must be the token's agent when given")
+    ttl: Seconds = 60.0
+
+
+class LeaseOut(BaseModel):
+    room: str
+    task_id: str
+    agent: str
+    fence: int
+    expires_at: float
+    ttl: float
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseOut:
+        return cls(
+            room=lease.room,
+            task_id=lease.task_id,
+            agent=lease.agent,
+            fence=lease.fence,
+            expires_at=lease.expires_at,
+            ttl=lease.ttl,
+        )
+
+
+class ClaimNextOut(BaseModel):
+    lease: LeaseOut | None = Field(description="null when no task is ready")
+
+
+class LeaseIn(In):
+    """The lease a claim returned, sent back by its holder."""
+
+    task_id: Name | None = Field(default=None, description="must be the path's task when given")
+    agent: Name | None = Field(default=None, description="must be the token's agent when given")
+    fence: Count
+    expires_at: float = Field(default=0.0, ge=0, le=1e12, description="as the claim returned it")
+    room: Name | None = Field(default=None, description="must be the path's room when given")
+    ttl: Seconds | None = Field(default=None, description="renew: the new lease length")
+
+
+class CompleteIn(LeaseIn):
+    result: JsonValue = None
+
+
+class FailIn(LeaseIn):
+    error: JsonValue = None
+
+
+class CancelIn(In):
+    reason: JsonValue = None
+
+
+# ------------------------------------------------------------------------- documents
+
+
+class Guard(In):
+    """Write only while this lease (``task``) or lock (``lock``) grant is current."""
+
+    task: Name | None = None
+    lock: Name | None = None
+    fence: Count
+
+
+class DocPut(In):
+    value: JsonValue
+    guard: Guard | None = None
+
+
+class DocOut(BaseModel):
+    name: str
+    value: JsonValue
+    version: int
+
+    @classmethod
+    def of(cls, doc: Document) -> DocOut:
+        return cls(name=doc.name, value=doc.value, version=doc.version)
+
+
+class DocList(BaseModel):
+    documents: list[DocOut]
+
+
+# ---------------------------------------------------------------------------- events
+
+
+class EventIn(In):
+    type: Name
+    data: JsonValue = None
+
+
+class Posted(BaseModel):
+    seq: int | None = Field(description="the event's sequence number; null on a replay")
+    replayed: bool
+
+
+class EventOut(BaseModel):
+    seq: int
+    type: str
+    data: JsonValue
+    time: float
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls(seq=event.seq, type=event.type, data=event.data, time=event.time)
+
+
+class EventList(BaseModel):
+    events: list[EventOut]
+
+
+class AckIn(In):
+    seq: Count
+
+
+class CursorOut(BaseModel):
+    cursor: int
+
+
+# -------------------------------------------------------------------------- presence
+
+
+class HeartbeatIn(In):
+    status: str = Field(default="online", min_length=1, max_length=200)
+    metadata: JsonValue = None
+    ttl: Seconds = 120.0
+
+
+class MemberOut(BaseModel):
+    agent: str
+    status: str
+    metadata: JsonValue
+    last_seen: float
+    expires_at: float
+
+    @classmethod
+    def of(cls, member: Member) -> MemberOut:
+        return cls(
+            agent=member.agent,
+            status=member.status,
+            metadata=member.metadata,
+            last_seen=member.last_seen,
+            expires_at=member.expires_at,
+        )
+
+
+class MemberList(BaseModel):
+    members: list[MemberOut]
+
+
+# ----------------------------------------------------------------------------- locks
+
+
+class AcquireIn(In):
+    agent: Name | None = Field(default=None, description="must be the token's agent when given")
+    ttl: Seconds = 30.0
+    wait: float = Field(
+        default=0.0, ge=0, le=3600, description="seconds to queue for a held lock (server-capped)"
+    )
+
+
+class LockOut(BaseModel):
+    room: str
+    name: str
+    owner: str
+    token: str = Field(description="proof of this grant: send it to release or extend")
+    fence: int
+    expires_at: float
+    ttl: float
+
+
+class LockRef(In):
+    token: str = Field(pattern=r"^[0-9a-f]{32}$")
+    fence: Count
+
+
+class ExtendIn(LockRef):
+    ttl: Seconds | None = None
+
+
+class Released(BaseModel):
+    released: bool
+
+
+class HolderOut(BaseModel):
+    owner: str
+    fence: int
+    expires_at: float | None
+
+    @classmethod
+    def of(cls, info: LockInfo) -> HolderOut:
+        return cls(owner=info.owner, fence=info.fence, expires_at=info.expires_at)
+
+
+class LockState(BaseModel):
+    name: str
+    holder: HolderOut | None
+
+
+# ---------------------------------------------------------------------------- health
+
+
+class Status(BaseModel):
+    status: str
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")

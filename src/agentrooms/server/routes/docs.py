@@ -1,0 +1,180 @@
+"""Versioned documents with RFC 9110 conditional requests.
+
+Every read answers a strong ``ETag`` (``"<version>"``). A write must be conditional:
+``If-Match`` (``412`` with the current ``ETag`` and representation when stale) or
+``If-None-Match: *`` to create (``412`` if it exists); neither is ``428``. A name may be
+``partition/name``; a token writes only its role's partition (see :mod:`..auth`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi.responses import JSONResponse
+
+from agentrooms.errors import BadRequest, Forbidden, VersionConflict
+from agentrooms.rooms import Document, Room
+from agentrooms.rooms import keys as room_keys
+from agentrooms.server.conditional import Tags, decide, etag, parse_tags, weak_match
+from agentrooms.server.deps import Access, DocsRead, DocsWrite, IdempotencyKey, command_id
+from agentrooms.server.envelope import PreconditionRequired, error_response
+from agentrooms.server.models import DOC_PATTERN, DocList, DocOut, DocPut, Guard, dump
+from agentrooms.server.routes import COMMON, ETAG, errors
+from agentrooms.store.base import FenceAtMost
+
+router = APIRouter(prefix="/rooms/{room}/docs", tags=["docs"], responses=errors(*COMMON))
+
+DocName = Annotated[
+    str,
+    Path(pattern=DOC_PATTERN, min_length=1, max_length=193, description="[partition/]name"),
+]
+IfMatch = Annotated[
+    str | None,
+    Header(alias="If-Match", max_length=4096, description='e.g. "17", or *'),
+]
+IfNoneMatch = Annotated[
+    str | None,
+    Header(alias="If-None-Match", max_length=4096, description='* to create; or "17"'),
+]
+PARTITION = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+WRITTEN: dict[int | str, dict[str, Any]] = {
+    200: {"description": "replaced", "headers": ETAG},
+    201: {"description": "created", "headers": ETAG, "model": DocOut},
+}
+
+
+@router.get("", summary="Documents, by name (optionally one partition)")
+async def list_docs(
+    access: DocsRead, partition: Annotated[str | None, Query(pattern=PARTITION)] = None
+) -> DocList:
+    docs = await access.room.docs.list(partition)
+    return DocList(documents=[DocOut.of(d) for d in docs])
+
+
+@router.get(
+    "/{name:path}",
+    summary="One document",
+    responses={200: {"headers": ETAG}, 304: {"description": "If-None-Match matched"}},
+    response_model=DocOut,
+)
+async def get_doc(
+    access: DocsRead, name: DocName, if_none_match: IfNoneMatch = None
+) -> Response | DocOut:
+    doc = await access.room.docs.get(name)
+    if weak_match(parse_tags(if_none_match, "If-None-Match"), doc.version):
+        return Response(status_code=304, headers={"ETag": etag(doc.version)})
+    return _answer(doc, 200)
+
+
+@router.put(
+    "/{name:path}",
+    summary="Write a document (If-Match, or If-None-Match: * to create)",
+    responses={**WRITTEN, **errors(409, 412, 422, 428)},
+    response_model=DocOut,
+)
+async def put_doc(
+    access: DocsWrite,
+    name: DocName,
+    body: DocPut,
+    if_match: IfMatch = None,
+    if_none_match: IfNoneMatch = None,
+    key: IdempotencyKey = None,
+) -> Response:
+    _check_partition(access, name)
+    im, inm = parse_tags(if_match, "If-Match"), parse_tags(if_none_match, "If-None-Match")
+    if im is None and inm is None:
+        raise PreconditionRequired(
+            'writing a document needs If-Match: "<version>" (or If-None-Match: * to create it)'
+        )
+    docs, cmd, fence = access.room.docs, command_id(access.principal, key), _fence(body.guard)
+    version = None if im is None or inm is not None else im.single_version()
+    create = im is None and inm is not None and inm.any
+    try:
+        if version is None and not create:
+            current = await _current(access.room, name)
+            expect = decide(None if current is None else current.version, im, inm)
+            if expect is None:
+                raise VersionConflict(
+                    {room_keys.doc(name): None if current is None else current.version}
+                )
+            version, create = expect.version, expect.absent
+        doc = await docs.put(
+            name, body.value, if_match=version, create_only=create, fence=fence, command_id=cmd
+        )
+    except VersionConflict as exc:
+        return await _precondition_failed(access.room, name, exc)
+    return _answer(doc, 201 if create else 200)
+
+
+@router.delete(
+    "/{name:path}",
+    status_code=204,
+    summary="Delete a document (If-Match required)",
+    responses=errors(409, 412, 428),
+)
+async def delete_doc(access: DocsWrite, name: DocName, if_match: IfMatch = None) -> Response:
+    _check_partition(access, name)
+    im = parse_tags(if_match, "If-Match")
+    if im is None:
+        raise PreconditionRequired('deleting a document needs If-Match: "<version>"')
+    try:
+        version = im.single_version()
+        if version is None:
+            version = await _expected(access.room, name, im)
+        await access.room.docs.delete(name, if_match=version)
+    except VersionConflict as exc:
+        return await _precondition_failed(access.room, name, exc)
+    return Response(status_code=204)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_partition(access: Access, name: str) -> None:
+    if not access.principal.may_write_doc(name):
+        role = access.principal.role
+        mine = f"only its own partition {role!r}" if role else "no partition (it has no role)"
+        raise Forbidden(f"this token writes {mine}; {name!r} needs the 'admin' scope")
+
+
+def _fence(guard: Guard | None) -> FenceAtMost | None:
+    if guard is None:
+        return None
+    if (guard.task is None) == (guard.lock is None):
+        raise BadRequest("a guard names exactly one of 'task' or 'lock'")
+    if guard.task is not None:
+        return FenceAtMost(room_keys.task(guard.task), guard.fence)
+    assert guard.lock is not None
+    return FenceAtMost(room_keys.lock_fence(guard.lock), guard.fence)
+
+
+async def _current(room: Room, name: str) -> Document | None:
+    """The document now, ``None`` if absent (``NotFound`` only for a missing room)."""
+    key = room_keys.doc(name)
+    record = (await room.scope.read([key])).get(key)
+    return None if record is None else Document(name, record.value, record.version)
+
+
+async def _expected(room: Room, name: str, im: Tags) -> int:
+    current = await _current(room, name)
+    expect = decide(None if current is None else current.version, im, None)
+    if expect is None or expect.version is None:
+        raise VersionConflict({room_keys.doc(name): None if current is None else current.version})
+    return expect.version
+
+
+async def _precondition_failed(room: Room, name: str, exc: VersionConflict) -> Response:
+    """412 with the current ETag and the current representation (``null`` if absent)."""
+    current = await _current(room, name)
+    headers = {} if current is None else {"ETag": etag(current.version)}
+    shown = None if current is None else dump(DocOut.of(current))
+    now = "does not exist" if current is None else f"is at version {current.version}"
+    failed = VersionConflict(exc.conflicts, f"precondition failed: document {name!r} {now}")
+    return error_response(failed, status=412, details={"current": shown}, headers=headers)
+
+
+def _answer(doc: Document, status: int) -> Response:
+    return JSONResponse(
+        dump(DocOut.of(doc)), status_code=status, headers={"ETag": etag(doc.version)}
+    )

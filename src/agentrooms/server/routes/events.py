@@ -1,0 +1,150 @@
+"""The room's event log: post, read through the caller's own cursor, ack, and stream.
+
+``read-new`` is a POST because it moves the caller's cursor (``ack=auto``, at-most-once
+for a reader that crashes mid-batch) or may (``ack=explicit``: the cursor moves only on
+``ack``, at-least-once). The stream is Server-Sent Events, one event per log entry with
+``id: <seq>``; it starts after ``Last-Event-ID`` (a reconnecting client's), else
+``?after=``, else the caller's cursor, and is woken by ``Store.watch``. It does not move
+the cursor: a consumer acks what it processed. It ends after ``max_events`` events or
+``timeout`` seconds (capped by the server), and an idle stream carries a keep-alive
+comment; clients reconnect with ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from starlette.responses import StreamingResponse
+
+from agentrooms.errors import AgentroomsError
+from agentrooms.rooms import Room
+from agentrooms.server.deps import EventsRead, EventsWrite, IdempotencyKey, command_id, limits_of
+from agentrooms.server.models import (
+    MAX_INT,
+    AckIn,
+    CursorOut,
+    EventIn,
+    EventList,
+    EventOut,
+    Posted,
+)
+from agentrooms.server.routes import COMMON, errors
+from agentrooms.store.base import Event
+
+router = APIRouter(prefix="/rooms/{room}/events", tags=["events"], responses=errors(*COMMON))
+
+BATCH = 100
+Limit = Annotated[int, Query(ge=1, le=1000)]
+After = Annotated[int, Query(ge=0, le=MAX_INT)]
+
+
+class EventStream(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+@router.post("", status_code=201, summary="Append an event", responses=errors(409, 422))
+async def post_event(access: EventsWrite, body: EventIn, key: IdempotencyKey = None) -> Posted:
+    seq = await access.room.events.post(
+        body.type, body.data, command_id=command_id(access.principal, key)
+    )
+    return Posted(seq=seq or None, replayed=seq == 0)
+
+
+@router.get("", summary="Events after a position (no cursor)", responses=errors(410))
+async def read_events(access: EventsRead, after: After = 0, limit: Limit = 100) -> EventList:
+    events = await access.room.events.read(after, limit)
+    return EventList(events=[EventOut.of(e) for e in events])
+
+
+@router.post("/read-new", summary="Events after the caller's cursor", responses=errors(409, 410))
+async def read_new(
+    access: EventsRead, ack: Literal["auto", "explicit"] = "auto", limit: Limit = 100
+) -> EventList:
+    events = await access.room.events.read_new(access.agent, limit, ack=ack)
+    return EventList(events=[EventOut.of(e) for e in events])
+
+
+@router.post("/ack", summary="Move the caller's cursor forward", responses=errors(409))
+async def ack(access: EventsRead, body: AckIn) -> CursorOut:
+    return CursorOut(cursor=await access.room.events.ack(access.agent, body.seq))
+
+
+@router.get("/cursor", summary="The caller's cursor")
+async def cursor(access: EventsRead) -> CursorOut:
+    return CursorOut(cursor=await access.room.events.cursor(access.agent))
+
+
+@router.get(
+    "/stream",
+    summary="Server-Sent Events from a position (Last-Event-ID resumes)",
+    response_class=EventStream,
+    responses={
+        200: {
+            "description": "id: <seq>, data: the event as JSON; ': keep-alive' when idle",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **errors(410),
+    },
+)
+async def stream(
+    request: Request,
+    access: EventsRead,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    max_events: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    timeout: Annotated[float | None, Query(gt=0, le=86_400)] = None,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{1,15}$")
+    ] = None,
+) -> EventStream:
+    limits = limits_of(request)
+    if last_event_id is not None:
+        position = int(last_event_id)
+    elif after is not None:
+        position = after
+    else:
+        position = await access.room.events.cursor(access.agent)
+    first = await access.room.events.read(position, BATCH)  # errors answered before the 200
+    duration = min(timeout or limits.max_stream_seconds, limits.max_stream_seconds)
+    frames = _frames(access.room, position, first, max_events, duration, limits.keepalive_seconds)
+    return EventStream(frames, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _frame(event: Event) -> bytes:
+    data = json.dumps(EventOut.of(event).model_dump(mode="json"), separators=(",", ":"))
+    return f"id: {event.seq}\ndata: {data}\n\n".encode()
+
+
+async def _frames(
+    room: Room,
+    position: int,
+    batch: list[Event],
+    max_events: int | None,
+    duration: float,
+    keepalive: float,
+) -> AsyncIterator[bytes]:
+    deadline = time.monotonic() + duration
+    sent = 0
+    yield b"retry: 1000\n\n"
+    try:
+        while True:
+            for event in batch:
+                yield _frame(event)
+                sent, position = sent + 1, event.seq
+                if max_events is not None and sent >= max_events:
+                    return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if not batch:
+                head = await room.store.watch(room.name, position, min(keepalive, remaining))
+                if head <= position:
+                    yield b": keep-alive\n\n"
+                    continue
+            batch = await room.events.read(position, BATCH)
+    except AgentroomsError as exc:  # the 200 is sent: report in-band and end
+        body = {"type": exc.code, "message": str(exc), "details": exc.details()}
+        yield f"event: error\ndata: {json.dumps({'error': body})}\n\n".encode()

@@ -1,0 +1,104 @@
+"""Named locks: acquire (now, or queued for up to ``wait`` seconds), release, extend,
+and who holds one.
+
+A grant's random ``token`` is its proof: release and extend take it back with the
+``fence``. The holder record is checked before extending (the library's ``extend``
+compares only the fence, which a caller could overstate), and the extend itself is then
+conditional on exactly that fence, so a grant that changes hands in between is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Request
+
+from agentrooms.errors import Forbidden, StaleFence
+from agentrooms.rooms import Lock, Room
+from agentrooms.rooms import keys as room_keys
+from agentrooms.server.deps import LocksWrite, RoomsRead, act_as, limits_of
+from agentrooms.server.models import (
+    NAME_PATTERN,
+    AcquireIn,
+    ExtendIn,
+    HolderOut,
+    LockOut,
+    LockRef,
+    LockState,
+    Released,
+)
+from agentrooms.server.routes import COMMON, errors
+from agentrooms.store.base import Record
+
+router = APIRouter(prefix="/rooms/{room}/locks", tags=["locks"], responses=errors(*COMMON))
+
+LockName = Annotated[str, Path(pattern=NAME_PATTERN, min_length=1, max_length=128)]
+
+
+def _out(lock: Lock) -> LockOut:
+    return LockOut(
+        room=lock.room,
+        name=lock.name,
+        owner=lock.owner,
+        token=lock.token,
+        fence=lock.fence,
+        expires_at=lock.expires_at,
+        ttl=lock.ttl,
+    )
+
+
+@router.get("/{name}", summary="Who holds the lock")
+async def holder(access: RoomsRead, name: LockName) -> LockState:
+    info = await access.room.locks.holder(name)
+    return LockState(name=name, holder=None if info is None else HolderOut.of(info))
+
+
+@router.post(
+    "/{name}/acquire", summary="Take the lock, or queue for it up to `wait`", responses=errors(409)
+)
+async def acquire(
+    request: Request,
+    access: LocksWrite,
+    name: LockName,
+    body: Annotated[AcquireIn | None, Body()] = None,
+) -> LockOut:
+    body = body or AcquireIn()
+    agent = act_as(access.principal, body.agent)
+    wait = min(body.wait, limits_of(request).max_lock_wait)
+    locks = access.room.locks
+    if wait > 0:
+        return _out(await locks.wait_acquire(name, agent, ttl=body.ttl, timeout=wait))
+    return _out(await locks.try_acquire(name, agent, ttl=body.ttl))
+
+
+async def _grant(room: Room, name: str, agent: str, token: str) -> Record | None:
+    """The holder record if it is the grant ``token`` names (else ``None``); a grant of
+    another agent is ``403`` (its token was passed on)."""
+    key = room_keys.lock(name)
+    record = (await room.scope.read([key])).get(key)
+    if record is None or record.value.get("token") != token:
+        return None
+    if record.value.get("owner") != agent:
+        raise Forbidden(f"that grant of lock {name!r} belongs to another agent")
+    return record
+
+
+@router.post("/{name}/release", summary="Release a grant (hand it to the next waiter)")
+async def release(access: LocksWrite, name: LockName, body: LockRef) -> Released:
+    """``released: false`` when the grant had expired or changed hands."""
+    if await _grant(access.room, name, access.agent, body.token) is None:
+        return Released(released=False)
+    lock = Lock(access.room.name, name, access.agent, body.token, body.fence, 0.0, 0.0)
+    return Released(released=await access.room.locks.release(lock))
+
+
+@router.post("/{name}/extend", summary="Extend a grant still held", responses=errors(409))
+async def extend(access: LocksWrite, name: LockName, body: ExtendIn) -> LockOut:
+    record = await _grant(access.room, name, access.agent, body.token)
+    current = None if record is None else record.value.get("fence")
+    if record is None or current != body.fence:
+        raise StaleFence(room_keys.lock(name), body.fence, current)
+    lock = Lock(
+        access.room.name, name, access.agent, body.token, body.fence, 0.0, record.value["ttl"]
+    )
+    return _out(await access.room.locks.extend(lock, body.ttl))

@@ -1,0 +1,63 @@
+"""Rooms: list, create, describe, archive, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials
+
+from agentrooms.errors import Forbidden, VersionConflict
+from agentrooms.server.deps import RoomsRead, RoomsWrite, bearer, enter, principal_of, rooms_of
+from agentrooms.server.envelope import error_response
+from agentrooms.server.models import RoomCreate, RoomList, RoomOut
+from agentrooms.server.routes import COMMON, errors
+
+router = APIRouter(prefix="/rooms", tags=["rooms"], responses=errors(*COMMON))
+
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+@router.get("", summary="Rooms this token may enter")
+async def list_rooms(request: Request, _: Bearer, archived: bool = False) -> RoomList:
+    principal = principal_of(request)
+    if not principal.has("rooms:read"):
+        raise Forbidden("this token lacks the 'rooms:read' scope")
+    rooms = await rooms_of(request).list(include_archived=archived)
+    return RoomList(rooms=[RoomOut.of(r) for r in rooms if principal.may_enter(r.name)])
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=RoomOut,
+    summary="Create a room",
+    responses={**errors(409), 201: {"headers": {"Location": {"schema": {"type": "string"}}}}},
+)
+async def create_room(
+    request: Request, body: RoomCreate, response: Response, _: Bearer
+) -> RoomOut | Response:
+    rooms = rooms_of(request)
+    enter(principal_of(request), rooms, body.name, "rooms:write")
+    try:
+        room = await rooms.create(body.name, body.description, body.metadata)
+    except VersionConflict as exc:  # no precondition was asked for: a conflict, not a 412
+        return error_response(exc, status=409)
+    response.headers["Location"] = f"/v1/rooms/{room.name}"
+    return RoomOut.of(await room.describe())
+
+
+@router.get("/{room}", summary="Describe a room")
+async def describe_room(access: RoomsRead) -> RoomOut:
+    return RoomOut.of(await access.room.describe())
+
+
+@router.post("/{room}/archive", summary="Make a room read-only", responses=errors(409))
+async def archive_room(request: Request, access: RoomsWrite) -> RoomOut:
+    return RoomOut.of(await rooms_of(request).archive(access.room.name))
+
+
+@router.delete("/{room}", status_code=204, summary="Delete a room and everything in it")
+async def delete_room(request: Request, access: RoomsWrite) -> Response:
+    await rooms_of(request).delete(access.room.name)
+    return Response(status_code=204)
