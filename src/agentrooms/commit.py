@@ -66,6 +66,7 @@ __all__ = [
     "Where",
     "apply_intent",
     "commit",
+    "recorded",
 ]
 
 E = TypeVar("E")
@@ -349,6 +350,24 @@ async def _write(
             loop.transitions,
             loop.elapsed(),
         )
+
+
+async def recorded(
+    store: Store, /, room: str, command_id: str, event: object
+) -> CommitResult | None:
+    """The recorded outcome of ``command_id`` if a delivery of it already committed
+    (``replayed=True``), else ``None``. ``IdempotencyMismatch`` if it was recorded with
+    another payload. For operations that look for their recorded outcome before they
+    know which records a retry would read (e.g. claiming the next task)."""
+    key = command_key(command_id)
+    record = (await store.read(room, [key])).get(key)
+    if record is None:
+        return None
+    return _replay(
+        record,
+        payload_digest(event),
+        _Loop(RetryPolicy(), random.Random(), time.monotonic, time.monotonic()),
+    )
 
 
 def _replay(record: Record, digest: str | None, loop: _Loop) -> CommitResult:

@@ -4,6 +4,7 @@ every backend (issue: rooms)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ import pytest
 from agentrooms.errors import (
     BadRequest,
     CursorCompacted,
+    IdempotencyMismatch,
     InvalidTransition,
     LeaseHeld,
     LockHeld,
@@ -678,3 +680,25 @@ async def test_commands_with_an_id_apply_once(room: Room) -> None:
     seq = await room.events.post("e", 1, command_id="post-1")
     assert await room.events.post("e", 1, command_id="post-1") == 0
     assert [e.seq for e in await room.events.read(seq - 1, 10) if e.type == "e"] == [seq]
+
+
+async def test_claim_replay_when_the_ready_set_is_empty(room: Room) -> None:
+    await room.plan.add([TaskSpec("only")])
+    first = await room.plan.claim_next("agent", command_id="c1")
+    assert first is not None
+    assert await room.plan.claim_next("agent", command_id="c1") == first
+    with pytest.raises(IdempotencyMismatch):
+        await room.plan.claim_next("other-agent", command_id="c1")
+    assert await room.plan.claim_next("agent", command_id="c2") is None
+    assert await room.plan.claim_next("agent", command_id="c2") is None
+
+
+async def test_extend_needs_the_grants_token(room: Room) -> None:
+    lock = await room.locks.try_acquire("plan", "A", ttl=30)
+    forged = dataclasses.replace(lock, token="not-the-token")
+    with pytest.raises(StaleFence):
+        await room.locks.extend(forged, 60)
+    overstated = dataclasses.replace(lock, fence=lock.fence + 5)
+    with pytest.raises(StaleFence):
+        await room.locks.extend(overstated, 60)
+    assert (await room.locks.extend(lock, 60)).expires_at > lock.expires_at

@@ -113,7 +113,14 @@ class Documents:
             guard = [] if fence is None else [fence]
             return Change(writes=[Put(key, value)], appends=appends, requires=guard)
 
-        request = {"op": "put", "doc": name, "value": value, "if_match": if_match}
+        request = {
+            "op": "put",
+            "doc": name,
+            "value": value,
+            "if_match": if_match,
+            "create_only": create_only,
+            "fence": None if fence is None else [fence.key, fence.fence],
+        }
         result = await self._scope.commit(write, request, [key], command_id=command_id)
         if result.replayed:
             return await self.get(name)

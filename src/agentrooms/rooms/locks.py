@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrooms.commit import Change, View
-from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
+from agentrooms.errors import BadRequest, LockHeld, StaleFence
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import Append, Delete, FenceAtMost, Present, Put, Write
+from agentrooms.store.base import Append, Delete, FenceAtMost, Put, Write
 
 DEFAULT_TTL = 30.0
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
@@ -202,17 +202,23 @@ class Locks:
         return [r.key for r in page.records]
 
     async def extend(self, lock: Lock, ttl: float | None = None) -> Lock:
-        """Extend a lock still held; ``StaleFence`` if it expired or changed hands."""
+        """Extend a lock still held by this grant (its token is on the holder record);
+        ``StaleFence`` if it expired or changed hands."""
         length = _check_ttl(ttl if ttl is not None else lock.ttl)
         holder = {"owner": lock.owner, "token": lock.token, "fence": lock.fence, "ttl": length}
-        try:
-            done = await self._scope.transact(
-                [lock.guard(), Present(keys.lock(lock.name))],
-                [Put(keys.lock(lock.name), holder, ttl=length)],
+
+        def extend(view: View, _: None) -> Change:
+            held = view.get(keys.lock(lock.name))
+            if held is None or held["token"] != lock.token or held["fence"] != lock.fence:
+                current = None if held is None else held["fence"]
+                raise StaleFence(keys.lock(lock.name), lock.fence, current)
+            return Change(
+                writes=[Put(keys.lock(lock.name), holder, ttl=length)],
+                result=view.now + length,
             )
-        except VersionConflict as exc:
-            raise StaleFence(keys.lock(lock.name), lock.fence, None) from exc
-        return self._lock(lock.name, holder, done.now + length)
+
+        done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
+        return self._lock(lock.name, holder, done.result)
 
     async def holder(self, name: str) -> LockInfo | None:
         keys.check_name(name, "lock name")

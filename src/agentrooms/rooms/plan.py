@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentrooms.commit import Change, CommitResult, View
+from agentrooms.commit import Change, CommitResult, View, recorded
 from agentrooms.errors import (
     BadRequest,
     InvalidTransition,
@@ -258,6 +258,10 @@ class Plan:
         keys.check_name(agent, "agent")
         ttl = _check_ttl(ttl)
         cmd = _Command(command_id, {"op": "claim_next", "agent": agent, "ttl": ttl})
+        if command_id is not None:
+            done = await recorded(self._scope.store, self.room, command_id, cmd.event)
+            if done is not None:  # an earlier delivery claimed (or found nothing)
+                return None if done.result is None else _lease_from(self.room, done.result)
         tried: set[str] = set()
         while len(tried) < max_candidates:
             fresh = [

@@ -8,13 +8,12 @@ longer current gets ``409 stale_fence`` and its result is not recorded.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Request, Response
 
-from agentrooms.commit import COMMAND_PREFIX, payload_digest
-from agentrooms.errors import BadRequest, IdempotencyMismatch
-from agentrooms.rooms import Lease, Room, TaskSpec
+from agentrooms.errors import BadRequest
+from agentrooms.rooms import Lease, TaskSpec
 from agentrooms.rooms.plan import DEFAULT_LEASE
 from agentrooms.server.conditional import etag
 from agentrooms.server.deps import (
@@ -78,33 +77,7 @@ async def claim_next(
     agent = act_as(access.principal, body.agent)
     cmd = command_id(access.principal, key)
     lease = await access.room.plan.claim_next(agent, ttl=body.ttl, command_id=cmd)
-    if lease is None and cmd is not None:
-        lease = await _recorded_claim(
-            access.room, cmd, {"op": "claim_next", "agent": agent, "ttl": body.ttl}
-        )
     return ClaimNextOut(lease=None if lease is None else LeaseOut.of(lease))
-
-
-async def _recorded_claim(room: Room, cmd: str, event: dict[str, Any]) -> Lease | None:
-    """The lease an earlier delivery of command ``cmd`` got.
-
-    Works around the library: ``Plan.claim_next`` replays a command id only inside the
-    claim of a candidate task, so once the claimed task has left the ready set (the
-    usual case for a retry) a replay finds no candidate and returns ``None``. ``event``
-    must be the payload ``claim_next`` records (see ``agentrooms.rooms.plan``).
-    """
-    key = COMMAND_PREFIX + cmd
-    record = (await room.scope.read([key])).get(key)
-    if record is None or not isinstance(record.value, dict):
-        return None
-    if record.value.get("digest") != payload_digest(event):
-        raise IdempotencyMismatch(f"command {cmd!r} was already applied with a different payload")
-    data = record.value.get("result")
-    if not isinstance(data, dict):
-        return None
-    return Lease(
-        room.name, data["task_id"], data["agent"], data["fence"], data["expires_at"], data["ttl"]
-    )
 
 
 @router.get("/{task}", summary="One task", responses={200: {"headers": ETAG}})
