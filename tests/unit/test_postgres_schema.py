@@ -5,23 +5,52 @@
 * every named query prepares, and the SQL fence rule is ``fence_of``'s;
 * what the conformance suite cannot see: lock placeholders never commit, absence is
   locked (no write skew), the one-statement compare-and-set path keeps the rules, and
-  driver errors become ours.
+  driver errors become ours;
+* sets: net effects in lock order, the memory reference's answers, pickers that never
+  share a member nor wait, claimers and opposing set operations that never deadlock, a
+  pick whose cost does not grow with the set;
+* watch: NOTIFY at commit only, one listening connection, reconnection, per-schema
+  channels, close;
+* delete_room: atomic against transacts in flight and amid writers; a version 1 store
+  migrates with its data.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
 
-from agentrooms.errors import BadRequest, StaleFence, StoreUnavailable, VersionConflict
-from agentrooms.store import Absent, FenceAtMost, Put, Store, VersionIs, open_store
-from agentrooms.store.base import fence_of
+from agentrooms.errors import (
+    BadRequest,
+    CursorCompacted,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
+from agentrooms.store import (
+    Absent,
+    Append,
+    FenceAtMost,
+    Put,
+    SetAdd,
+    SetRemove,
+    Store,
+    VersionIs,
+    Write,
+    open_store,
+)
+from agentrooms.store.base import PreparedSetOp, fence_of
+from agentrooms.store.memory import MemoryStore
+from agentrooms.store.postgres.backend import _set_args
 from agentrooms.store.postgres.sql import MIGRATIONS, QUERIES, migrate, quote_ident
 
 # What a schema holds, each row with the schema's name replaced by "<schema>".
@@ -240,9 +269,8 @@ async def test_scan_prefixes_at_the_edges_of_unicode(pg: Store) -> None:
 
 
 async def test_invalid_unicode_in_a_value_is_a_bad_request(pg: Store) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(BadRequest):  # base.py rejects it before the driver sees it
         await pg.transact("r", writes=[Put("k", "lone \ud800 surrogate")])
-    assert isinstance(info.value.__cause__, asyncpg.PostgresError)
     assert (await pg.read("r", ["k"])).get("k") is None
 
 
@@ -312,3 +340,465 @@ async def test_a_cancelled_call_is_cancelled_on_the_server(
     await holder.rollback()
     assert (await pg.read("r", ["k"])).value("k") == "before"
     assert (await pg.transact("r", [VersionIs("k", v)], [Put("k", "after")])).versions["k"] > v
+
+
+# ------------------------------------------------------------------ v2: sets and picks
+
+
+async def _open_many(postgres_url: str, schema: str, n: int) -> list[Store]:
+    return [await open_store(_url(postgres_url, schema)) for _ in range(n)]
+
+
+async def _close_all(stores: list[Store]) -> None:
+    for store in stores:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("ops", "expected"),
+    [
+        ([("s", "b", True), ("s", "a", True)], [("s", "a", "add"), ("s", "b", "add")]),
+        ([("s", "a", True), ("s", "a", False)], [("s", "a", "remove")]),
+        ([("s", "a", False), ("s", "a", True)], [("s", "a", "reset")]),
+        ([("s", "a", False), ("s", "a", True), ("s", "a", True)], [("s", "a", "reset")]),
+        ([("s", "a", True), ("s", "a", True)], [("s", "a", "add")]),
+        ([("t", "a", True), ("s", "z", False)], [("s", "z", "remove"), ("t", "a", "add")]),
+    ],
+)
+def test_set_ops_become_one_net_effect_per_member_in_lock_order(
+    ops: list[tuple[str, str, bool]], expected: list[tuple[str, str, str]]
+) -> None:
+    names, members, kinds = _set_args([PreparedSetOp(*op) for op in ops])
+    assert list(zip(names, members, kinds, strict=True)) == expected
+
+
+async def test_sets_match_the_memory_reference(pg: Store) -> None:
+    """Random set operations (several per transact, repeats of one member included) and
+    picks give the same answers as the reference implementation, step by step."""
+    rng = random.Random(20261129)
+    ref = MemoryStore()
+    members = [f"m{i}" for i in range(7)] + ["\u00e9", "\U0001f600", "Z"]
+    for step in range(300):
+        name = rng.choice(["a", "b"])
+        if rng.random() < 0.6:
+            writes: list[Write] = [
+                (SetAdd if rng.random() < 0.6 else SetRemove)(name, rng.choice(members))
+                for _ in range(rng.randint(1, 5))
+            ]
+            for store in (ref, pg):
+                await store.transact("r", writes=writes)
+        else:
+            count = rng.randint(1, 4)
+            want = await ref.set_pick("r", name, count)
+            assert await pg.set_pick("r", name, count) == want, step
+        assert await pg.set_size("r", name) == await ref.set_size("r", name), step
+
+
+async def test_pick_skips_a_locked_member_without_waiting(
+    pg: Store, conn: asyncpg.Connection, schema: str
+) -> None:
+    await pg.transact("r", writes=[SetAdd("s", m) for m in "abcd"])
+    holder = conn.transaction()
+    await holder.start()
+    await conn.execute(
+        f"SELECT 1 FROM {quote_ident(schema)}.set_members WHERE member = 'a' FOR UPDATE"
+    )
+    assert await asyncio.wait_for(pg.set_pick("r", "s", 2), 5) == ["b", "c"]
+    await holder.rollback()
+    assert await pg.set_pick("r", "s", 2) == ["a", "d"]
+
+
+async def test_concurrent_pickers_never_share_a_member(postgres_url: str, schema: str) -> None:
+    """Many rounds of pickers released together on a fresh set: a member picked (and
+    committed) by one while another's walk is under way must not be handed out again,
+    which a plain ORDER BY ... LIMIT ... FOR UPDATE SKIP LOCKED would do."""
+    stores = await _open_many(postgres_url, schema, 12)
+    try:
+        for trial in range(25):
+            name = f"s{trial}"
+            await stores[0].transact("r", writes=[SetAdd(name, f"t{i:02}") for i in range(40)])
+            barrier = asyncio.Barrier(len(stores))
+
+            async def pick(store: Store, name: str = name, barrier: Any = barrier) -> list[str]:
+                await barrier.wait()
+                return await store.set_pick("r", name, 3)
+
+            picks = [m for ms in await asyncio.gather(*(pick(s) for s in stores)) for m in ms]
+            assert sorted(picks) == [f"t{i:02}" for i in range(36)], trial
+    finally:
+        await _close_all(stores)
+
+
+async def test_concurrent_claimers_claim_every_member_once_without_deadlock(
+    postgres_url: str, schema: str
+) -> None:
+    """claim_next's pattern: pick candidates, then claim one in a transact that removes
+    it from the ready set and adds it to another, with an event; meanwhile a producer
+    adds members in shuffled batches. Every member is claimed exactly once and nothing
+    fails but the expected conflicts (a deadlock would surface as StoreUnavailable)."""
+    stores = await _open_many(postgres_url, schema, 9)
+    rng = random.Random(7)
+    first = [f"t{i:03}" for i in range(150)]
+    later = [f"u{i:03}" for i in range(150)]
+    await stores[0].transact("r", writes=[SetAdd("ready", m) for m in first])
+    claims: dict[str, str] = {}
+    produced = asyncio.Event()
+
+    async def produce(store: Store) -> None:
+        batch = later[:]
+        rng.shuffle(batch)
+        for i in range(0, len(batch), 10):
+            await store.transact("r", writes=[SetAdd("ready", m) for m in batch[i : i + 10]])
+        produced.set()
+
+    async def claim(store: Store, who: str) -> None:
+        while True:
+            picked = await store.set_pick("r", "ready", 2)
+            if not picked:
+                if produced.is_set() and await store.set_size("r", "ready") == 0:
+                    return
+                await asyncio.sleep(0.005)
+                continue
+            for m in picked:
+                with contextlib.suppress(VersionConflict):
+                    await store.transact(
+                        "r",
+                        [Absent(f"claim/{m}")],
+                        [Put(f"claim/{m}", who), SetRemove("ready", m), SetAdd("claimed", m)],
+                        [Append("claimed", {"task": m, "by": who})],
+                    )
+                    assert m not in claims
+                    claims[m] = who
+
+    try:
+        await asyncio.gather(
+            produce(stores[0]), *(claim(s, f"w{i}") for i, s in enumerate(stores[1:]))
+        )
+        assert sorted(claims) == sorted(first + later)
+        assert await stores[0].set_size("r", "claimed") == 300
+        assert await stores[0].set_size("r", "ready") == 0
+        assert await stores[0].last_seq("r") == 300
+    finally:
+        await _close_all(stores)
+
+
+async def test_set_ops_in_any_order_never_deadlock(postgres_url: str, schema: str) -> None:
+    """Transacts adding and removing the same members in opposite orders, with keys and
+    appends: each locks members in (set, member) order after its keys and the room's
+    row, so they queue, and never deadlock (PostgreSQL would abort one: StoreUnavailable)."""
+    stores = await _open_many(postgres_url, schema, 8)
+    members = list("abcdef")
+
+    async def churn(store: Store, seed: int) -> None:
+        rng = random.Random(seed)
+        for i in range(30):
+            order = members[:]
+            rng.shuffle(order)
+            writes: list[Write] = [
+                (SetAdd if rng.random() < 0.5 else SetRemove)(rng.choice("xy"), m) for m in order
+            ]
+            writes.append(Put(f"own/{seed}", i))
+            appends = [Append("churn")] if rng.random() < 0.5 else []
+            await store.transact("r", writes=writes, appends=appends)
+
+    try:
+        await asyncio.gather(*(churn(s, i) for i, s in enumerate(stores)))
+    finally:
+        await _close_all(stores)
+
+
+async def _pick_buffers(conn: asyncpg.Connection, room: str) -> int:
+    """Shared buffers one set_pick of one member touches (statements inside included)."""
+    plan = json.loads(
+        await conn.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM set_pick($1, 's', 1)", room
+        )
+    )[0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+async def test_pick_cost_does_not_grow_with_the_set(
+    pg: Store, postgres_url: str, schema: str
+) -> None:
+    """A 10,000-member set picks as cheaply as a 10-member one (within 2x): in buffers
+    touched (deterministic) and in time (the best of interleaved batches)."""
+    big = [f"m{i:05}" for i in range(10_000)]
+    for i in range(0, len(big), 2500):
+        await pg.transact("big", writes=[SetAdd("s", m) for m in big[i : i + 2500]])
+    await pg.transact("small", writes=[SetAdd("s", m) for m in big[:10]])
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        picks = conn.transaction()  # EXPLAIN ANALYZE picks for real: rolled back below
+        await picks.start()
+        buffers = {}
+        for room in ("small", "big", "small", "big"):  # the second round: plans cached
+            buffers[room] = await _pick_buffers(conn, room)
+        await picks.rollback()
+    finally:
+        await conn.close()
+    assert buffers["big"] <= 2 * buffers["small"], buffers
+
+    best = {"small": float("inf"), "big": float("inf")}
+    for _ in range(7):
+        for room in ("small", "big"):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                await pg.set_pick(room, "s", 1)
+            best[room] = min(best[room], time.perf_counter() - t0)
+    assert best["big"] <= 2 * best["small"], best
+
+
+# ------------------------------------------------------------------------ v2: watch
+
+
+async def _channel(conn: asyncpg.Connection, schema: str) -> str:
+    channel: str = await conn.fetchval(f"SELECT {quote_ident(schema)}.notify_channel()")
+    return channel
+
+
+async def _listener_pids(conn: asyncpg.Connection, channel: str) -> list[int]:
+    rows = await conn.fetch(
+        """SELECT pid FROM pg_stat_activity
+            WHERE datname = current_database() AND query = $1""",
+        f"LISTEN {quote_ident(channel)}",
+    )
+    return [row[0] for row in rows]
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_transact_notifies_the_newest_seq_at_commit_only(
+    pg: Store, conn: asyncpg.Connection, schema: str
+) -> None:
+    got: asyncio.Queue[str] = asyncio.Queue()
+    channel = await _channel(conn, schema)
+    assert channel == f"agentrooms.{schema}"
+    await conn.add_listener(channel, lambda *args: got.put_nowait(args[3]))
+    await pg.transact("a:b", appends=[Append("x"), Append("y")])
+    assert await asyncio.wait_for(got.get(), 5) == "a:b:2"
+    await pg.transact("a:b", writes=[Put("k", 1), SetAdd("s", "m")])  # no append: silent
+    with pytest.raises(VersionConflict):  # rolled back: silent
+        await pg.transact("a:b", [Absent("k")], appends=[Append("z")])
+    await pg.transact("other", writes=[Put("k", 1)], appends=[Append("z")])
+    assert await asyncio.wait_for(got.get(), 5) == "other:1"
+    assert got.empty()
+
+
+async def test_watchers_share_one_listening_connection(
+    postgres_url: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    waiter, writer = await _open_many(postgres_url, schema, 2)
+    channel = await _channel(conn, schema)
+    try:
+        assert await _listener_pids(conn, channel) == []  # opened lazily
+        rooms = [f"room:{i}" for i in range(20)]
+        watches = [asyncio.create_task(waiter.watch(r, 0, 30)) for r in rooms]
+        await _until(lambda: _one(conn, channel), "one listener")
+        for room in rooms:
+            await writer.transact(room, appends=[Append("wake")])
+        assert await asyncio.wait_for(asyncio.gather(*watches), 5) == [1] * len(rooms)
+        assert len(await _listener_pids(conn, channel)) == 1
+    finally:
+        await _close_all([waiter, writer])
+    await _until(lambda: _none(conn, channel), "the listener closed")
+
+
+async def _one(conn: asyncpg.Connection, channel: str) -> bool:
+    return len(await _listener_pids(conn, channel)) == 1
+
+
+async def _none(conn: asyncpg.Connection, channel: str) -> bool:
+    return not await _listener_pids(conn, channel)
+
+
+async def test_watch_reconnects_when_the_listener_is_killed(
+    postgres_url: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    """The listening connection dies while a watch waits: the watch reconnects, and an
+    append after that wakes it by notification (well before the fallback re-read)."""
+    waiter, writer = await _open_many(postgres_url, schema, 2)
+    channel = await _channel(conn, schema)
+    try:
+        watch = asyncio.create_task(waiter.watch("r", 0, 60))
+        await _until(lambda: _one(conn, channel), "a listener")
+        [old] = await _listener_pids(conn, channel)
+        await conn.execute("SELECT pg_terminate_backend($1)", old)
+
+        async def replaced() -> bool:
+            pids = await _listener_pids(conn, channel)
+            return len(pids) == 1 and pids != [old]
+
+        await _until(replaced, "a new listener", timeout=3)  # woken by the drop, at once
+        assert not watch.done()
+        t0 = time.monotonic()
+        await writer.transact("r", appends=[Append("wake")])
+        assert await asyncio.wait_for(watch, 8) == 1
+        assert time.monotonic() - t0 < 5
+    finally:
+        await _close_all([waiter, writer])
+
+
+async def test_watch_hears_only_its_own_schema(postgres_url: str, schema: str) -> None:
+    other = f"{schema}_other"
+    waiter = await open_store(_url(postgres_url, schema))
+    stranger = await open_store(_url(postgres_url, other))
+    try:
+        t0 = time.monotonic()
+        watch = asyncio.create_task(waiter.watch("r", 0, 0.6))
+        await asyncio.sleep(0.2)
+        await stranger.transact("r", appends=[Append("elsewhere")])  # same room name
+        assert await watch == 0
+        assert time.monotonic() - t0 >= 0.55
+        watch = asyncio.create_task(waiter.watch("r", 0, 30))
+        await asyncio.sleep(0.2)
+        await waiter.transact("r", appends=[Append("here")])
+        assert await asyncio.wait_for(watch, 5) == 1
+    finally:
+        await _close_all([waiter, stranger])
+
+
+async def test_close_fails_a_waiting_watch(postgres_url: str, schema: str) -> None:
+    store = await open_store(_url(postgres_url, schema))
+    watch = asyncio.create_task(store.watch("r", 0, 60))
+    await asyncio.sleep(0.3)
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(watch, 5)
+    with pytest.raises(StoreUnavailable):
+        await store.watch("r", 0, 1)
+
+
+# ------------------------------------------------------------------ v2: delete_room
+
+
+async def test_delete_room_waits_for_a_transact_in_flight(
+    pg: Store, postgres_url: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    """A transact has locked x, created y (not yet visible to anyone) and waits for z;
+    delete_room starts meanwhile. Without the room lock the delete would wait for x,
+    then delete x but not y (invisible to its snapshot): half of the transact. With it,
+    the delete runs after the whole transact and removes all of it."""
+    await pg.transact("r", writes=[Put("x", 0), Put("z", 0), SetAdd("s", "old")])
+    other = await open_store(_url(postgres_url, schema))
+    holder = conn.transaction()
+    await holder.start()
+    held = True
+    try:
+        await conn.execute(
+            f"SELECT 1 FROM {quote_ident(schema)}.records WHERE room = 'r' AND key = 'z' FOR UPDATE"
+        )
+        writes: list[Write] = [Put("x", 1), Put("y", 1), Put("z", 1), SetAdd("s", "new")]
+        transact = asyncio.create_task(pg.transact("r", writes=writes, appends=[Append("e")]))
+        await _until(lambda: _lock_waits(conn, 1), "the transact waits for z")
+        delete = asyncio.create_task(other.delete_room("r"))
+        await _until(lambda: _lock_waits(conn, 2), "the delete waits")
+        await holder.rollback()
+        held = False
+        await asyncio.wait_for(asyncio.gather(transact, delete), 10)
+        assert (await pg.read("r", ["x", "y", "z"])).records == {}
+        assert await pg.set_size("r", "s") == 0
+        assert await pg.last_seq("r") == 1
+        with pytest.raises(CursorCompacted):
+            await pg.read_log("r", 0)
+    finally:
+        if held:  # a failure above
+            await holder.rollback()
+        await other.close()
+
+
+async def _lock_waits(conn: asyncpg.Connection, n: int) -> bool:
+    count = await conn.fetchval(
+        """SELECT count(*) FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock'"""
+    )
+    return bool(count == n)
+
+
+async def test_delete_room_amid_writers_is_atomic_and_never_deadlocks(
+    postgres_url: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    """Writers put a key, add it to a set and append an event, in one transact; deletes
+    of the room interleave. In every snapshot the room holds as many records as set
+    members as readable events (seq - low + 1): no delete ever removes part of a
+    transact, and nothing fails (a deadlock would surface as StoreUnavailable)."""
+    stores = await _open_many(postgres_url, schema, 6)
+    stop = asyncio.Event()
+    s = quote_ident(schema)
+    census = f"""
+        SELECT (SELECT count(*) FROM {s}.records WHERE room = 'r'),
+               (SELECT count(*) FROM {s}.set_members WHERE room = 'r' AND name = 's'),
+               (SELECT count(*) FROM {s}.events WHERE room = 'r'),
+               (SELECT seq - low + 1 FROM {s}.rooms WHERE room = 'r')"""
+    censuses = 0
+
+    async def write(store: Store, w: int) -> None:
+        for i in range(40):
+            key = f"k{w}-{i:02}"
+            await store.transact("r", writes=[Put(key, i), SetAdd("s", key)], appends=[Append("w")])
+
+    async def delete(store: Store) -> None:
+        while not stop.is_set():
+            await store.delete_room("r")
+            await asyncio.sleep(0.01)
+
+    async def check() -> None:
+        nonlocal censuses
+        while not stop.is_set():
+            row = await conn.fetchrow(census)
+            assert row is not None
+            if row[3] is not None:
+                assert row[0] == row[1] == row[2] == row[3], tuple(row)
+                censuses += 1
+            await asyncio.sleep(0.005)
+
+    try:
+        background = [asyncio.create_task(delete(stores[0])), asyncio.create_task(check())]
+        try:
+            await asyncio.gather(*(write(st, w) for w, st in enumerate(stores[1:])))
+        finally:
+            stop.set()
+            await asyncio.gather(*background)
+        assert censuses > 10
+        row = await conn.fetchrow(census)
+        assert row is not None and row[0] == row[1] == row[2] == row[3]
+        assert await stores[0].last_seq("r") == 5 * 40
+    finally:
+        await _close_all(stores)
+
+
+# -------------------------------------------------------------------- v2: migration
+
+
+async def test_a_version_1_store_migrates_to_version_2_with_its_data(
+    postgres_url: str, schema: str
+) -> None:
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
+        await conn.execute(MIGRATIONS[0].sql)
+        await conn.execute(QUERIES["record_migration"].sql, 1, MIGRATIONS[0].name)
+        # a version 1 transact: put k, append one event
+        await conn.execute(
+            "SELECT * FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            *("r", ["k"], [], [], [], ["k"], ['"v1"'], [None], [], ["e"], ["null"]),
+        )
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        record = (await store.read("r", ["k"])).get("k")
+        assert record is not None and record.value == "v1"
+        assert [e.type for e in await store.read_log("r")] == ["e"]
+        result = await store.transact(
+            "r", [VersionIs("k", record.version)], [Put("k", 2), SetAdd("s", "m")], [Append("f")]
+        )
+        assert result.seqs == [2]
+        assert await store.set_pick("r", "s") == ["m"]
+    finally:
+        await store.close()

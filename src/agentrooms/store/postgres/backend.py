@@ -6,6 +6,13 @@ a PL/pgSQL function that locks, compares and writes in one transaction at READ
 COMMITTED. A put guarded by its own version, the commonest transact, is one plain
 ``UPDATE`` (``compare_and_set``).
 
+Sets live in one table ordered for picking (``set_pick``: ``FOR UPDATE SKIP LOCKED`` on
+that order, so concurrent pickers get different members). ``watch`` is woken by
+LISTEN/NOTIFY over one extra connection per store (``listener.py``), opened on the first
+``watch``. ``delete_room`` is one transaction, excluding transacts of the room with an
+advisory lock. The lock order that keeps all of these free of deadlocks is written once,
+above ``transact()`` in ``schema.sql``.
+
 URL query parameters of our own, removed before the rest reaches asyncpg:
 
 * ``schema`` (default ``agentrooms``): the PostgreSQL schema holding the store, so that
@@ -19,6 +26,7 @@ otherwise).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import re
@@ -41,8 +49,8 @@ from agentrooms.store.base import (
     Event,
     FenceAtMost,
     Limits,
-    PreparedAppend,
-    PreparedWrite,
+    Prepared,
+    PreparedSetOp,
     Record,
     ScanPage,
     Snapshot,
@@ -52,6 +60,7 @@ from agentrooms.store.base import (
     VersionIs,
     decode_json,
 )
+from agentrooms.store.postgres.listener import Listener
 from agentrooms.store.postgres.pool import ConnectionPool
 from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
 
@@ -59,6 +68,7 @@ DEFAULT_SCHEMA = "agentrooms"
 DEFAULT_POOL_SIZE = 10
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
+_RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
 
 _UNAVAILABLE = (
     asyncpg.PostgresError,
@@ -153,6 +163,27 @@ def _compare_args(compares: list[Compare]) -> tuple[list[str], list[str], list[i
     return keys, kinds, args
 
 
+def _set_args(set_ops: list[PreparedSetOp]) -> tuple[list[str], list[str], list[str]]:
+    """Set operations as the parallel arrays ``transact()`` takes: set names, members and
+    net effects, one per distinct (set, member), sorted (the lock order).
+
+    The net effect of a member's operations, applied in turn: ``remove`` if the last one
+    removes; ``add`` (insert if absent, keeping the pick order of a present member) if
+    they only add; ``reset`` (delete, then insert afresh) if an add follows a removal.
+    """
+    net: dict[tuple[str, str], str] = {}
+    for op in set_ops:
+        key = (op.name, op.member)
+        if not op.add:
+            net[key] = "remove"
+        elif net.get(key, "add") == "add":
+            net[key] = "add"
+        else:
+            net[key] = "reset"
+    ordered = sorted(net.items())
+    return [k[0] for k, _ in ordered], [k[1] for k, _ in ordered], [v for _, v in ordered]
+
+
 def _record(row: Any) -> Record:
     return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
 
@@ -175,11 +206,18 @@ class PostgresStore(Store):
     backend = "postgres"
 
     def __init__(
-        self, url: str, limits: Limits | None = None, *, pool: ConnectionPool, schema: str
+        self,
+        url: str,
+        limits: Limits | None = None,
+        *,
+        pool: ConnectionPool,
+        schema: str,
+        listener: Listener,
     ) -> None:
         super().__init__(url, limits)
         self.schema = schema
         self._pool = pool
+        self._listener = listener
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
@@ -195,7 +233,8 @@ class PostgresStore(Store):
             with contextlib.suppress(Exception):
                 await pool.close()
             raise
-        return cls(url, limits, pool=pool, schema=schema)
+        listener = Listener(connect, QUERIES["notify_channel"].sql)
+        return cls(url, limits, pool=pool, schema=schema, listener=listener)
 
     async def _fetch(self, name: str, *args: object) -> list[Any]:
         with _driver_errors(name):
@@ -206,16 +245,11 @@ class PostgresStore(Store):
         found = {row["key"]: _record(row) for row in rows if row["key"] is not None}
         return Snapshot({k: found[k] for k in keys if k in found}, rows[0]["now"])
 
-    async def _transact(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult:
-        cas = await self._compare_and_set(room, compares, writes, appends)
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        cas = await self._compare_and_set(room, ops)
         if cas is not None:
             return cas
+        compares, writes, appends = ops.compares, ops.writes, ops.appends
         keys = sorted({c.key for c in compares} | {w.key for w in writes})
         puts = [w for w in writes if w.value_json is not None]
         [row] = await self._fetch(
@@ -227,6 +261,7 @@ class PostgresStore(Store):
             [w.value_json for w in puts],
             [w.ttl_ms for w in puts],
             [w.key for w in writes if w.value_json is None],
+            *_set_args(ops.set_ops),
             [a.type for a in appends],
             [a.data_json for a in appends],
         )
@@ -246,19 +281,16 @@ class PostgresStore(Store):
             row["now"],
         )
 
-    async def _compare_and_set(
-        self,
-        room: str,
-        compares: list[Compare],
-        writes: list[PreparedWrite],
-        appends: list[PreparedAppend],
-    ) -> TransactResult | None:
+    async def _compare_and_set(self, room: str, ops: Prepared) -> TransactResult | None:
         """The commonest transact, a put guarded by its own version, as one plain UPDATE:
         the result when it applied, else ``None`` (the general path then finds out why,
-        and a failed compare never becomes true again: versions are not reused)."""
-        if appends or len(compares) != 1 or len(writes) != 1:
+        and a failed compare never becomes true again: versions are not reused).
+
+        It needs no room lock: it creates no key and waits for one row only, so a
+        concurrent ``delete_room`` either deletes what it wrote or makes it fail."""
+        if ops.appends or ops.set_ops or len(ops.compares) != 1 or len(ops.writes) != 1:
             return None
-        [c], [w] = compares, writes
+        [c], [w] = ops.compares, ops.writes
         if not (isinstance(c, VersionIs) and c.key == w.key and w.value_json is not None):
             return None
         if c.version > _SEQ_MAX:  # no version is that high, and it would overflow bigint
@@ -301,6 +333,40 @@ class PostgresStore(Store):
         seq: int = row[0]
         return seq
 
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        rows = await self._fetch("set_pick", room, name, count)
+        return [row["member"] for row in sorted(rows, key=lambda row: row["pick"])]
+
+    async def _set_size(self, room: str, name: str) -> int:
+        [row] = await self._fetch("set_size", room, name)
+        size: int = row[0]
+        return size
+
+    async def _delete_room(self, room: str) -> None:
+        await self._fetch("delete_room", room)
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        if timeout <= 0:
+            return await self._last_seq(room)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:  # one round per wake-up: see listener.py for why this order
+            waiter = self._listener.add(room, after)
+            try:
+                with _driver_errors("watch"):
+                    await self._listener.listen()
+                seq = await self._last_seq(room)
+                remaining = deadline - loop.time()
+                if seq > after or remaining <= 0:
+                    return seq
+                # A bounded wait, then a re-read anyway: a connection that died without
+                # the client noticing delays a wake-up by at most this long.
+                await asyncio.wait([waiter.future], timeout=min(remaining, _RECHECK))
+                if waiter.future.done():
+                    waiter.future.result()  # raises StoreUnavailable if the store closed
+            finally:
+                self._listener.discard(waiter)
+
     async def _info(self) -> StoreInfo:
         [row] = await self._fetch("settings")
         settings = dict(row.items())
@@ -319,9 +385,15 @@ class PostgresStore(Store):
             if durable
             else "weak: a transact may be acknowledged before its commit is on disk"
         )
-        details = {**settings, "schema": self.schema, "pool_size": self._pool.size}
+        details = {
+            **settings,
+            "schema": self.schema,
+            "pool_size": self._pool.size,
+            "listening": self._listener.listening,
+        }
         return StoreInfo(self.backend, _redact(self.url), durability, warnings, details)
 
     async def _close(self) -> None:
         with _driver_errors("close"):
+            await self._listener.close()
             await self._pool.close()

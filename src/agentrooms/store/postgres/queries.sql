@@ -38,10 +38,11 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
         AND (r.expires_at IS NULL OR r.expires_at > clock.ts);
 
 -- name: transact
--- Check compares, apply writes and appends, all or nothing: see transact() in schema.sql.
+-- Check compares, apply writes, set operations and appends, all or nothing: see
+-- transact() in schema.sql.
 SELECT now, versions, first_seq, stale_at, stale_current,
        conflict_keys, conflict_versions
-  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
@@ -126,6 +127,23 @@ SELECT trim_log($1, $2);
 -- name: last_seq
 -- The sequence number of room $1's newest event, 0 if it never appended.
 SELECT coalesce((SELECT seq FROM rooms WHERE room = $1), 0);
+
+-- name: set_pick
+-- Up to $3 members of set $2 of room $1, least recently picked first, marked picked: see
+-- set_pick() in schema.sql. Each comes with its new pick number (their order).
+SELECT member, pick FROM set_pick($1, $2, $3);
+
+-- name: set_size
+-- How many members set $2 of room $1 has.
+SELECT count(*) FROM set_members WHERE room = $1 AND name = $2;
+
+-- name: delete_room
+-- Delete every record, set member and event of room $1, keeping its counters (schema.sql).
+SELECT delete_room($1);
+
+-- name: notify_channel
+-- The channel transact() notifies when it appends (LISTENed to by watch).
+SELECT notify_channel();
 
 -- name: settings
 -- The server settings that decide whether an acknowledged commit survives a crash.

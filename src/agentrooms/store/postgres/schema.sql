@@ -34,8 +34,8 @@ CREATE TABLE records (
     PRIMARY KEY (room, key)
 ) WITH (fillfactor = 85);
 
--- One row per room that has appended or trimmed: the last sequence number given (seq) and
--- the first one still readable (low). Only appending transacts lock it.
+-- One row per room that has appended: the last sequence number given (seq) and the first
+-- one still readable (low). Only appending transacts, trim_log and delete_room lock it.
 CREATE TABLE rooms (
     room text COLLATE "C" PRIMARY KEY,
     seq  bigint NOT NULL DEFAULT 0,
@@ -51,6 +51,29 @@ CREATE TABLE events (
     time timestamptz NOT NULL,
     PRIMARY KEY (room, seq)
 );
+
+-- Set pick numbers: one sequence for the whole store, strictly increasing, so "least
+-- recently picked" is exact however close together two picks are.
+CREATE SEQUENCE set_pick_order AS bigint;
+
+-- The members of each room's named sets (SetAdd, SetRemove, set_pick, set_size). pick is
+-- 0 for a member never picked since it was added, else the set_pick_order number of its
+-- latest pick. Every lookup of one member uses the primary key.
+CREATE TABLE set_members (
+    room   text COLLATE "C" NOT NULL,
+    name   text COLLATE "C" NOT NULL,
+    member text COLLATE "C" NOT NULL,
+    pick   bigint NOT NULL DEFAULT 0 CHECK (pick >= 0),
+    PRIMARY KEY (room, name, member)
+);
+
+-- set_pick hands out members in (pick, member) order, which this index serves in order,
+-- so a pick costs O(log n + count) whatever the set's size. Its predicate is always true
+-- but only set_pick's walk states it, so no other statement can use the index: without
+-- statistics (a new store) the planner finds it as cheap as the primary key for finding
+-- one member, and would then scan the whole set for it.
+CREATE INDEX set_members_pick_order ON set_members (room, name, pick, member)
+    WHERE pick >= 0;
 
 -- The fencing token of a record's value: the integer "fence" field of a JSON object,
 -- else 0. The same rule as agentrooms.store.base.fence_of (a float or a boolean is not a
@@ -68,13 +91,39 @@ AS $$
       FROM (SELECT value::json AS j) AS parsed
 $$;
 
+-- The key of a room's advisory lock (transaction-scoped): every transact() holds it
+-- shared, delete_room() exclusively, so a room is deleted between transacts, never in
+-- the middle of one. The schema is part of the key: stores in other schemas of the same
+-- database do not wait for each other.
+CREATE FUNCTION room_lock(p_room text) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path FROM CURRENT
+AS $$
+    SELECT hashtextextended('agentrooms.room:' || current_schema() || ':' || p_room, 0)
+$$;
+
+-- The LISTEN/NOTIFY channel of this schema's store: transact() notifies it with
+-- "room:seq" (the room and its newest sequence number) when it appends; watch() listens.
+-- A channel name is at most 63 bytes: schemas whose names share their first 52 bytes
+-- share a channel, which costs their watchers only a spurious wake-up.
+CREATE FUNCTION notify_channel() RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path FROM CURRENT
+AS $$
+    SELECT left('agentrooms.' || current_schema(), 63)
+$$;
+
 -- transact: the store's one atomic primitive, in one round trip and one transaction
 -- (READ COMMITTED is enough: every row it decides on is locked first).
 --
 -- Takes: the room; p_keys, every key compared or written, distinct and sorted in code
 -- point order; the compares as parallel arrays (key, kind: version|absent|present|fence,
 -- arg: the version or fence compared against, NULL otherwise); the puts (key, JSON text,
--- ttl in ms or NULL); the keys to delete; the events to append (type, JSON text).
+-- ttl in ms or NULL); the keys to delete; the set operations, one per distinct (set,
+-- member), sorted by set name then member in code point order, each with its net effect
+-- (kind: add = insert if absent, keeping a present member's pick order; remove = delete;
+-- reset = delete, then insert afresh, for a removal followed by an add); the events to
+-- append (type, JSON text).
 --
 -- Returns one row. On success: now (the store clock, epoch seconds), versions (the new
 -- version of each put, in p_put_keys order) and first_seq (the sequence number of the
@@ -84,22 +133,31 @@ $$;
 -- conflict_keys/conflict_versions (every failing key with its current version, NULL if
 -- absent).
 --
--- Locks, always in this order so that transacts never deadlock: the record rows of
--- p_keys in key order (an absent key gets a placeholder row, so absence is locked too and
--- concurrent creators of a key queue behind each other), then the room's row if it
--- appends. All are held to commit.
+-- Locks, always in this order so that transacts never deadlock: the room's advisory lock,
+-- shared (room_lock); the record rows of p_keys in key order (an absent key gets a
+-- placeholder row, so absence is locked too and concurrent creators of a key queue behind
+-- each other); the room's row if it appends; then the set member rows, in (set, member)
+-- order (a delete locks its row; an insert waits only for a concurrent writer of the same
+-- member, the uncommitted insert or delete of a transact or a set_pick's update). All are
+-- held to commit. The other writers take locks that fit this order (delete_room: the
+-- advisory lock exclusively, first) or never wait while holding one (compare_and_set: one
+-- row; set_pick: SKIP LOCKED; trim_log: the room's row, then events only it and appenders
+-- holding that row touch), so no cycle of waits can form.
 CREATE FUNCTION transact(
-    p_room       text,
-    p_keys       text[],
-    p_cmp_keys   text[],
-    p_cmp_kinds  text[],
-    p_cmp_args   numeric[],
-    p_put_keys   text[],
-    p_put_values text[],
-    p_put_ttls   bigint[],
-    p_del_keys   text[],
-    p_types      text[],
-    p_datas      text[],
+    p_room        text,
+    p_keys        text[],
+    p_cmp_keys    text[],
+    p_cmp_kinds   text[],
+    p_cmp_args    numeric[],
+    p_put_keys    text[],
+    p_put_values  text[],
+    p_put_ttls    bigint[],
+    p_del_keys    text[],
+    p_set_names   text[],
+    p_set_members text[],
+    p_set_kinds   text[],
+    p_types       text[],
+    p_datas       text[],
     OUT now               double precision,
     OUT versions          bigint[],
     OUT first_seq         bigint,
@@ -117,6 +175,10 @@ DECLARE
     v_placeholders bigint;
     v_version      bigint;
 BEGIN
+    -- 0. The room's advisory lock, shared: transacts never wait for each other on it,
+    --    only for a delete_room() of the room (which waits for them).
+    PERFORM pg_advisory_xact_lock_shared(room_lock(p_room));
+
     -- 1. Lock every key: an existing row is locked (WHERE false: locked, not rewritten),
     --    an absent one gets a placeholder that a concurrent creator waits behind.
     INSERT INTO records AS r (room, key, value, version)
@@ -196,7 +258,21 @@ BEGIN
            AND (value IS NULL OR key = ANY (p_del_keys));
     END IF;
 
-    -- 6. Appends: the next numbers of the room's sequence.
+    -- 6. Set operations, one member at a time in (set, member) order.
+    FOR i IN 1 .. coalesce(cardinality(p_set_names), 0) LOOP
+        IF p_set_kinds[i] <> 'add' THEN
+            DELETE FROM set_members
+             WHERE room = p_room AND name = p_set_names[i] AND member = p_set_members[i];
+        END IF;
+        IF p_set_kinds[i] <> 'remove' THEN
+            INSERT INTO set_members (room, name, member)
+            VALUES (p_room, p_set_names[i], p_set_members[i])
+                ON CONFLICT (room, name, member) DO NOTHING;
+        END IF;
+    END LOOP;
+
+    -- 7. Appends: the next numbers of the room's sequence; watchers are told the newest
+    --    (NOTIFY is delivered at commit, and not at all on a rollback).
     IF cardinality(p_types) > 0 THEN
         UPDATE rooms SET seq = seq + cardinality(p_types)
          WHERE room = p_room
@@ -204,6 +280,9 @@ BEGIN
         INSERT INTO events (room, seq, type, data, time)
         SELECT p_room, first_seq + e.i - 1, e.type, e.data, v_now
           FROM unnest(p_types, p_datas) WITH ORDINALITY AS e (type, data, i);
+        PERFORM pg_notify(
+            notify_channel(), p_room || ':' || (first_seq + cardinality(p_types) - 1)
+        );
     END IF;
 END
 $$;
@@ -227,5 +306,75 @@ BEGIN
     END IF;
     DELETE FROM events WHERE room = p_room AND seq < v_low;
     RETURN v_low;
+END
+$$;
+
+-- set_pick: up to p_count members of the room's set, least recently picked first (never
+-- picked, pick 0, first, in member order), each marked picked with the next
+-- set_pick_order number in that order; returned with those numbers.
+--
+-- Concurrent pickers get different members, and a picker never waits: it walks the set
+-- in pick order (the set_members_pick_order index, as of the walk's snapshot) and takes
+-- each member with FOR UPDATE SKIP LOCKED only if its pick number is still the one the
+-- walk saw, so it skips a member another picker holds (locked) and one another picker
+-- took after the walk began (pick number changed; on a row updated between this
+-- statement's snapshot and its lock, the lock re-checks the condition on the newest
+-- version). A plain ORDER BY ... LIMIT ... FOR UPDATE SKIP LOCKED would hand out that
+-- second kind twice. Cost: O(log n + rows walked), rows walked = p_count + skipped ones.
+CREATE FUNCTION set_pick(
+    p_room text, p_name text, p_count integer, OUT member text, OUT pick bigint
+) RETURNS SETOF record
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_seen  record;
+    v_taken integer := 0;
+BEGIN
+    IF p_count < 1 THEN
+        RETURN;
+    END IF;
+    FOR v_seen IN
+        SELECT s.member, s.pick
+          FROM set_members AS s
+         WHERE s.room = p_room AND s.name = p_name AND s.pick >= 0  -- the index's predicate
+         ORDER BY s.pick, s.member
+    LOOP
+        PERFORM
+           FROM set_members AS m
+          WHERE m.room = p_room AND m.name = p_name AND m.member = v_seen.member
+            AND m.pick = v_seen.pick
+            FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE set_members AS m
+           SET pick = nextval('set_pick_order')
+         WHERE m.room = p_room AND m.name = p_name AND m.member = v_seen.member
+        RETURNING m.member, m.pick INTO member, pick;
+        RETURN NEXT;
+        v_taken := v_taken + 1;
+        EXIT WHEN v_taken >= p_count;
+    END LOOP;
+END
+$$;
+
+-- delete_room: delete every record, set member and event of the room in one transaction,
+-- keeping its counters: versions come from a store-wide sequence, and the log's sequence
+-- continues, with everything up to it trimmed (low = seq + 1), so an old cursor gets
+-- CursorCompacted. Holds the room's advisory lock exclusively, so no transact is half
+-- done in the room meanwhile (one could otherwise create a key this delete cannot see
+-- yet while the delete waits for another key it locked); compare_and_set, set_pick and
+-- trim_log need not take it: they neither create keys nor wait while holding a lock.
+CREATE FUNCTION delete_room(p_room text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(room_lock(p_room));
+    DELETE FROM records WHERE room = p_room;
+    DELETE FROM set_members WHERE room = p_room;
+    UPDATE rooms SET low = seq + 1 WHERE room = p_room;
+    DELETE FROM events WHERE room = p_room;
 END
 $$;

@@ -1,0 +1,153 @@
+"""The PostgreSQL backend's ``watch``: one LISTEN connection per store, shared by its waiters.
+
+``transact()`` (schema.sql) notifies the schema's channel with ``room:seq``, the room and
+its newest sequence number, when it appends; PostgreSQL delivers it at commit. The store
+keeps one dedicated connection, outside its pool and opened on the first ``watch``, that
+LISTENs to that channel and wakes the waiters of the room whose ``after`` the number
+passes.
+
+The protocol that makes a wake-up impossible to miss (``PostgresStore._watch``):
+
+1. register a :class:`Waiter` for the room;
+2. make sure the connection is listening (:meth:`Listener.listen`, reconnecting if need be);
+3. read the room's last sequence number: an append committed before this read is seen
+   by it, one committed after it is notified to a registered waiter;
+4. wait for the waiter's future (or the timeout), then start again from 1.
+
+If the connection drops, notifications sent meanwhile are lost: every waiter is woken so
+that it reconnects (step 2) and re-reads (step 3). A payload that is not ours (another
+application on the same channel) wakes nobody; another store's room of the same name
+(two schemas sharing a truncated channel name) costs a spurious wake-up and a re-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from agentrooms.errors import StoreUnavailable
+
+_CLOSE_TIMEOUT = 5.0  # seconds the listening connection gets to close before it is cut
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One ``watch`` round: its future resolves once the room's log passes ``after`` (or
+    the connection dropped: re-check), or fails with ``StoreUnavailable`` on close."""
+
+    room: str
+    after: int
+    future: asyncio.Future[None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.future = asyncio.get_running_loop().create_future()
+
+
+class Listener:
+    """The store's LISTEN connection and the waiters it wakes. One event loop."""
+
+    def __init__(
+        self, connect: Callable[[], Awaitable[asyncpg.Connection]], channel_query: str
+    ) -> None:
+        self._connect = connect
+        self._channel_query = channel_query
+        self._conn: asyncpg.Connection | None = None
+        self._opening = asyncio.Lock()
+        self._rooms: dict[str, set[Waiter]] = {}
+        self._closed = False
+
+    @property
+    def listening(self) -> bool:
+        return self._conn is not None and not self._conn.is_closed()
+
+    def add(self, room: str, after: int) -> Waiter:
+        """Register a waiter for ``room`` passing ``after`` (before reading its last seq)."""
+        if self._closed:
+            raise StoreUnavailable("the PostgreSQL store is closed")
+        waiter = Waiter(room, after)
+        self._rooms.setdefault(room, set()).add(waiter)
+        return waiter
+
+    def discard(self, waiter: Waiter) -> None:
+        """Forget ``waiter`` (woken, timed out or cancelled); idempotent."""
+        waiters = self._rooms.get(waiter.room)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._rooms[waiter.room]
+        if waiter.future.done() and not waiter.future.cancelled():
+            waiter.future.exception()  # retrieved: close may have failed it unawaited
+
+    async def listen(self) -> None:
+        """Return once the connection LISTENs to the store's channel, (re)connecting if
+        it is not open. Driver errors propagate (the backend translates them)."""
+        if self.listening:
+            return
+        async with self._opening:
+            if self._closed:
+                raise StoreUnavailable("the PostgreSQL store is closed")
+            if self.listening:
+                return
+            conn = await self._connect()
+            try:
+                channel: str = await conn.fetchval(self._channel_query)
+                await conn.add_listener(channel, self._notified)
+                conn.add_termination_listener(self._terminated)
+            except BaseException:
+                conn.terminate()
+                raise
+            if self._closed:  # closed while connecting
+                await _close_or_cut(conn)
+                raise StoreUnavailable("the PostgreSQL store is closed")
+            # Appends made while no connection listened: the waiters a drop woke read
+            # the last seq after this returns, and later ones register before reading.
+            self._conn = conn
+
+    def _notified(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        if not isinstance(payload, str):
+            return
+        room, sep, seq_text = payload.rpartition(":")
+        if not sep or not seq_text.isascii() or not seq_text.isdigit():
+            return  # not ours
+        seq = int(seq_text)
+        for waiter in list(self._rooms.get(room, ())):
+            if seq > waiter.after and not waiter.future.done():
+                waiter.future.set_result(None)
+
+    def _terminated(self, conn: object) -> None:
+        """The connection closed (dropped by the server or the network, or by us)."""
+        if conn is self._conn:
+            self._conn = None
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiter to re-check (notifications may have been lost)."""
+        for waiters in self._rooms.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_result(None)
+
+    async def close(self) -> None:
+        """Stop listening and fail every waiter with ``StoreUnavailable``; idempotent."""
+        self._closed = True
+        for waiters in self._rooms.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(StoreUnavailable("the PostgreSQL store closed"))
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _close_or_cut(conn)
+
+
+async def _close_or_cut(conn: asyncpg.Connection) -> None:
+    if conn.is_closed():
+        return
+    try:
+        await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)
+    except Exception:
+        with contextlib.suppress(Exception):
+            conn.terminate()

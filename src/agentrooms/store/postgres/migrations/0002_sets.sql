@@ -1,0 +1,298 @@
+-- 0002: sets, watch and room deletion: the set_pick_order sequence and the set_members
+-- table; the functions room_lock and notify_channel; transact() re-created with set
+-- operations, the room's shared advisory lock and a NOTIFY when it appends; set_pick and
+-- delete_room.
+
+-- Set pick numbers: one sequence for the whole store, strictly increasing, so "least
+-- recently picked" is exact however close together two picks are.
+CREATE SEQUENCE set_pick_order AS bigint;
+
+-- The members of each room's named sets (SetAdd, SetRemove, set_pick, set_size). pick is
+-- 0 for a member never picked since it was added, else the set_pick_order number of its
+-- latest pick. Every lookup of one member uses the primary key.
+CREATE TABLE set_members (
+    room   text COLLATE "C" NOT NULL,
+    name   text COLLATE "C" NOT NULL,
+    member text COLLATE "C" NOT NULL,
+    pick   bigint NOT NULL DEFAULT 0 CHECK (pick >= 0),
+    PRIMARY KEY (room, name, member)
+);
+
+-- set_pick hands out members in (pick, member) order, which this index serves in order,
+-- so a pick costs O(log n + count) whatever the set's size. Its predicate is always true
+-- but only set_pick's walk states it, so no other statement can use the index: without
+-- statistics (a new store) the planner finds it as cheap as the primary key for finding
+-- one member, and would then scan the whole set for it.
+CREATE INDEX set_members_pick_order ON set_members (room, name, pick, member)
+    WHERE pick >= 0;
+
+-- The key of a room's advisory lock (transaction-scoped): every transact() holds it
+-- shared, delete_room() exclusively, so a room is deleted between transacts, never in
+-- the middle of one. The schema is part of the key: stores in other schemas of the same
+-- database do not wait for each other.
+CREATE FUNCTION room_lock(p_room text) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path FROM CURRENT
+AS $$
+    SELECT hashtextextended('agentrooms.room:' || current_schema() || ':' || p_room, 0)
+$$;
+
+-- The LISTEN/NOTIFY channel of this schema's store: transact() notifies it with
+-- "room:seq" (the room and its newest sequence number) when it appends; watch() listens.
+-- A channel name is at most 63 bytes: schemas whose names share their first 52 bytes
+-- share a channel, which costs their watchers only a spurious wake-up.
+CREATE FUNCTION notify_channel() RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path FROM CURRENT
+AS $$
+    SELECT left('agentrooms.' || current_schema(), 63)
+$$;
+
+-- The 0001 transact(), without set operations.
+DROP FUNCTION transact(
+    text, text[], text[], text[], numeric[], text[], text[], bigint[], text[], text[], text[]
+);
+
+-- transact: the store's one atomic primitive, in one round trip and one transaction
+-- (READ COMMITTED is enough: every row it decides on is locked first).
+--
+-- Takes: the room; p_keys, every key compared or written, distinct and sorted in code
+-- point order; the compares as parallel arrays (key, kind: version|absent|present|fence,
+-- arg: the version or fence compared against, NULL otherwise); the puts (key, JSON text,
+-- ttl in ms or NULL); the keys to delete; the set operations, one per distinct (set,
+-- member), sorted by set name then member in code point order, each with its net effect
+-- (kind: add = insert if absent, keeping a present member's pick order; remove = delete;
+-- reset = delete, then insert afresh, for a removal followed by an add); the events to
+-- append (type, JSON text).
+--
+-- Returns one row. On success: now (the store clock, epoch seconds), versions (the new
+-- version of each put, in p_put_keys order) and first_seq (the sequence number of the
+-- first appended event; the others follow it). On a failed compare nothing is changed
+-- and the row says why: stale_at (1-based index of the first stale FenceAtMost) and
+-- stale_current (the holder's fence, NULL if the record is absent), else
+-- conflict_keys/conflict_versions (every failing key with its current version, NULL if
+-- absent).
+--
+-- Locks, always in this order so that transacts never deadlock: the room's advisory lock,
+-- shared (room_lock); the record rows of p_keys in key order (an absent key gets a
+-- placeholder row, so absence is locked too and concurrent creators of a key queue behind
+-- each other); the room's row if it appends; then the set member rows, in (set, member)
+-- order (a delete locks its row; an insert waits only for a concurrent writer of the same
+-- member, the uncommitted insert or delete of a transact or a set_pick's update). All are
+-- held to commit. The other writers take locks that fit this order (delete_room: the
+-- advisory lock exclusively, first) or never wait while holding one (compare_and_set: one
+-- row; set_pick: SKIP LOCKED; trim_log: the room's row, then events only it and appenders
+-- holding that row touch), so no cycle of waits can form.
+CREATE FUNCTION transact(
+    p_room        text,
+    p_keys        text[],
+    p_cmp_keys    text[],
+    p_cmp_kinds   text[],
+    p_cmp_args    numeric[],
+    p_put_keys    text[],
+    p_put_values  text[],
+    p_put_ttls    bigint[],
+    p_del_keys    text[],
+    p_set_names   text[],
+    p_set_members text[],
+    p_set_kinds   text[],
+    p_types       text[],
+    p_datas       text[],
+    OUT now               double precision,
+    OUT versions          bigint[],
+    OUT first_seq         bigint,
+    OUT stale_at          bigint,
+    OUT stale_current     numeric,
+    OUT conflict_keys     text[],
+    OUT conflict_versions bigint[]
+)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now          timestamptz;
+    v_placeholders bigint;
+    v_version      bigint;
+BEGIN
+    -- 0. The room's advisory lock, shared: transacts never wait for each other on it,
+    --    only for a delete_room() of the room (which waits for them).
+    PERFORM pg_advisory_xact_lock_shared(room_lock(p_room));
+
+    -- 1. Lock every key: an existing row is locked (WHERE false: locked, not rewritten),
+    --    an absent one gets a placeholder that a concurrent creator waits behind.
+    INSERT INTO records AS r (room, key, value, version)
+    SELECT p_room, k.key, NULL, 0
+      FROM unnest(p_keys) WITH ORDINALITY AS k (key, i)
+     ORDER BY k.i
+        ON CONFLICT (room, key) DO UPDATE SET version = r.version WHERE false;
+    GET DIAGNOSTICS v_placeholders = ROW_COUNT;
+
+    -- 2. Appending: lock the room's row, held to commit, so sequence numbers are gapless
+    --    and become visible in order.
+    IF cardinality(p_types) > 0 THEN
+        INSERT INTO rooms AS r (room) VALUES (p_room)
+            ON CONFLICT (room) DO UPDATE SET seq = r.seq WHERE false;
+    END IF;
+
+    -- The store clock, read once everything is locked: expiry, TTLs, event times.
+    v_now := clock_timestamp();
+    now := extract(epoch FROM v_now);
+
+    -- 3. Compares, against live rows (a placeholder or an expired record is absent).
+    IF cardinality(p_cmp_keys) > 0 THEN
+        SELECT (array_agg(c.i ORDER BY c.i) FILTER (WHERE c.stale))[1],
+               (array_agg(c.fence ORDER BY c.i) FILTER (WHERE c.stale))[1],
+               array_agg(c.key) FILTER (WHERE c.failed),
+               array_agg(c.version) FILTER (WHERE c.failed)
+          INTO stale_at, stale_current, conflict_keys, conflict_versions
+          FROM (
+              SELECT c.i, c.key, cur.version, cur.fence,
+                     c.kind = 'fence'
+                         AND (cur.version IS NULL OR cur.fence > c.arg) AS stale,
+                     CASE c.kind
+                         WHEN 'version' THEN cur.version IS DISTINCT FROM c.arg
+                         WHEN 'absent' THEN cur.version IS NOT NULL
+                         WHEN 'present' THEN cur.version IS NULL
+                         ELSE false
+                     END AS failed
+                FROM unnest(p_cmp_keys, p_cmp_kinds, p_cmp_args)
+                     WITH ORDINALITY AS c (key, kind, arg, i)
+                LEFT JOIN LATERAL (
+                    SELECT r.version,
+                           CASE WHEN c.kind = 'fence' THEN fence_of(r.value) END AS fence
+                      FROM records AS r
+                     WHERE r.room = p_room AND r.key = c.key AND r.value IS NOT NULL
+                       AND (r.expires_at IS NULL OR r.expires_at > v_now)
+                ) AS cur ON true
+          ) AS c;
+        IF stale_at IS NOT NULL OR conflict_keys IS NOT NULL THEN
+            IF v_placeholders > 0 THEN
+                DELETE FROM records
+                 WHERE room = p_room AND key = ANY (p_keys) AND value IS NULL;
+            END IF;
+            IF stale_at IS NOT NULL THEN  -- a stale fence takes precedence
+                conflict_keys := NULL;
+                conflict_versions := NULL;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- 4. Puts, one primary-key update each: every row exists (record or placeholder)
+    --    and is ours.
+    FOR i IN 1 .. coalesce(cardinality(p_put_keys), 0) LOOP
+        UPDATE records
+           SET value = p_put_values[i],
+               version = nextval('record_version'),
+               expires_at = v_now + p_put_ttls[i] * interval '1 millisecond'
+         WHERE room = p_room AND key = p_put_keys[i]
+        RETURNING version INTO v_version;
+        versions[i] := v_version;
+    END LOOP;
+
+    -- 5. Deletes, and the placeholders no put turned into a record.
+    IF cardinality(p_del_keys) > 0 OR v_placeholders > 0 THEN
+        DELETE FROM records
+         WHERE room = p_room AND key = ANY (p_keys)
+           AND (value IS NULL OR key = ANY (p_del_keys));
+    END IF;
+
+    -- 6. Set operations, one member at a time in (set, member) order.
+    FOR i IN 1 .. coalesce(cardinality(p_set_names), 0) LOOP
+        IF p_set_kinds[i] <> 'add' THEN
+            DELETE FROM set_members
+             WHERE room = p_room AND name = p_set_names[i] AND member = p_set_members[i];
+        END IF;
+        IF p_set_kinds[i] <> 'remove' THEN
+            INSERT INTO set_members (room, name, member)
+            VALUES (p_room, p_set_names[i], p_set_members[i])
+                ON CONFLICT (room, name, member) DO NOTHING;
+        END IF;
+    END LOOP;
+
+    -- 7. Appends: the next numbers of the room's sequence; watchers are told the newest
+    --    (NOTIFY is delivered at commit, and not at all on a rollback).
+    IF cardinality(p_types) > 0 THEN
+        UPDATE rooms SET seq = seq + cardinality(p_types)
+         WHERE room = p_room
+        RETURNING seq - cardinality(p_types) + 1 INTO first_seq;
+        INSERT INTO events (room, seq, type, data, time)
+        SELECT p_room, first_seq + e.i - 1, e.type, e.data, v_now
+          FROM unnest(p_types, p_datas) WITH ORDINALITY AS e (type, data, i);
+        PERFORM pg_notify(
+            notify_channel(), p_room || ':' || (first_seq + cardinality(p_types) - 1)
+        );
+    END IF;
+END
+$$;
+
+-- set_pick: up to p_count members of the room's set, least recently picked first (never
+-- picked, pick 0, first, in member order), each marked picked with the next
+-- set_pick_order number in that order; returned with those numbers.
+--
+-- Concurrent pickers get different members, and a picker never waits: it walks the set
+-- in pick order (the set_members_pick_order index, as of the walk's snapshot) and takes
+-- each member with FOR UPDATE SKIP LOCKED only if its pick number is still the one the
+-- walk saw, so it skips a member another picker holds (locked) and one another picker
+-- took after the walk began (pick number changed; on a row updated between this
+-- statement's snapshot and its lock, the lock re-checks the condition on the newest
+-- version). A plain ORDER BY ... LIMIT ... FOR UPDATE SKIP LOCKED would hand out that
+-- second kind twice. Cost: O(log n + rows walked), rows walked = p_count + skipped ones.
+CREATE FUNCTION set_pick(
+    p_room text, p_name text, p_count integer, OUT member text, OUT pick bigint
+) RETURNS SETOF record
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_seen  record;
+    v_taken integer := 0;
+BEGIN
+    IF p_count < 1 THEN
+        RETURN;
+    END IF;
+    FOR v_seen IN
+        SELECT s.member, s.pick
+          FROM set_members AS s
+         WHERE s.room = p_room AND s.name = p_name AND s.pick >= 0  -- the index's predicate
+         ORDER BY s.pick, s.member
+    LOOP
+        PERFORM
+           FROM set_members AS m
+          WHERE m.room = p_room AND m.name = p_name AND m.member = v_seen.member
+            AND m.pick = v_seen.pick
+            FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE set_members AS m
+           SET pick = nextval('set_pick_order')
+         WHERE m.room = p_room AND m.name = p_name AND m.member = v_seen.member
+        RETURNING m.member, m.pick INTO member, pick;
+        RETURN NEXT;
+        v_taken := v_taken + 1;
+        EXIT WHEN v_taken >= p_count;
+    END LOOP;
+END
+$$;
+
+-- delete_room: delete every record, set member and event of the room in one transaction,
+-- keeping its counters: versions come from a store-wide sequence, and the log's sequence
+-- continues, with everything up to it trimmed (low = seq + 1), so an old cursor gets
+-- CursorCompacted. Holds the room's advisory lock exclusively, so no transact is half
+-- done in the room meanwhile (one could otherwise create a key this delete cannot see
+-- yet while the delete waits for another key it locked); compare_and_set, set_pick and
+-- trim_log need not take it: they neither create keys nor wait while holding a lock.
+CREATE FUNCTION delete_room(p_room text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(room_lock(p_room));
+    DELETE FROM records WHERE room = p_room;
+    DELETE FROM set_members WHERE room = p_room;
+    UPDATE rooms SET low = seq + 1 WHERE room = p_room;
+    DELETE FROM events WHERE room = p_room;
+END
+$$;
