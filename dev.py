@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One entry point for people and CI, needing nothing but Python 3.11+.
 
-    python3 dev.py demo        open the embedded default store, write and read back
+    python3 dev.py serve --dev the HTTP API + MCP on the embedded SQLite store, no tokens
+    python3 dev.py demo        two agents race one compare-and-set on the embedded store
+    python3 dev.py cli ARGS    the agentrooms command line (rooms, plan show, tail, tokens...)
     python3 dev.py test [ARGS] the whole test suite (extra ARGS go to pytest)
     python3 dev.py check       ruff and mypy --strict
     python3 dev.py bench NAME  benchmarks/bench_NAME.py (extra ARGS go to it)
@@ -62,14 +64,18 @@ def main(argv: list[str]) -> int:
         return 0
     sync()
     py = str(BIN / "python")
-    if command == "demo":
-        return run(py, "-m", "agentrooms", "demo", *args)
+    if command in ("serve", "demo"):
+        return run(py, "-m", "agentrooms", command, *args)
+    if command == "cli":
+        return run(py, "-m", "agentrooms", *args)
     if command == "test":
         return run(py, "-m", "pytest", *args)
     if command == "check":
-        return run(py, "-m", "ruff", "check", ".") or run(
-            py, "-m", "ruff", "format", "--check", "."
-        ) or run(py, "-m", "mypy")
+        return (
+            run(py, "-m", "ruff", "check", ".")
+            or run(py, "-m", "ruff", "format", "--check", ".")
+            or run(py, "-m", "mypy")
+        )
     if command == "bench":
         if not args:
             print("usage: python3 dev.py bench NAME [ARGS]", file=sys.stderr)

@@ -1,25 +1,41 @@
-"""The ``agentrooms`` command line."""
+"""The ``agentrooms`` command line: serve, inspect and operate a store.
+
+Every command takes ``--url`` (or ``AGENTROOMS_URL``); the default is the embedded SQLite
+store in ``./.agentrooms/agentrooms.db``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.tree import Tree
 
 from agentrooms.errors import AgentroomsError, VersionConflict
+from agentrooms.rooms import Rooms
 from agentrooms.store import Append, Put, Store, VersionIs, open_store
 
 DEFAULT_URL = "sqlite:///.agentrooms/agentrooms.db"
+T = TypeVar("T")
 
 app = typer.Typer(
     help="Shared state for teams of agents: rooms, plans, leases, documents, events.",
     no_args_is_help=True,
     add_completion=False,
 )
+rooms_app = typer.Typer(help="Create, list, archive and delete rooms.", no_args_is_help=True)
+plan_app = typer.Typer(help="Look at a room's plan.", no_args_is_help=True)
+tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_help=True)
+app.add_typer(rooms_app, name="rooms")
+app.add_typer(plan_app, name="plan")
+app.add_typer(tokens_app, name="tokens")
 console = Console()
 
 UrlOption = Annotated[
@@ -30,24 +46,79 @@ UrlOption = Annotated[
         help="Store URL: sqlite:///path.db, redis://host:6379/0, postgresql://..., memory://",
     ),
 ]
+RoomArg = Annotated[str, typer.Argument(help="Room name")]
 
 
-def _fail(exc: AgentroomsError) -> typer.Exit:
-    console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
-    return typer.Exit(1)
+def _prepare(url: str) -> None:
+    """Create the directory of a relative SQLite path (the default lives in .agentrooms/)."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        path = url[len("sqlite:///") :].split("?", 1)[0]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store, run ``work``, close it; typed errors become one red line."""
+
+    async def main() -> T:
+        _prepare(url)
+        store = await open_store(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except AgentroomsError as exc:
+        console.print(f"[red]{exc.code}[/red]: {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _when(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    delta = ts - now
+    return f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
+
+
+# --------------------------------------------------------------------------- serving
+
+
+@app.command()
+def serve(
+    url: UrlOption = DEFAULT_URL,
+    host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
+    dev: Annotated[
+        bool,
+        typer.Option("--dev", help="No tokens: act as the agent in X-Agent (127.0.0.1 only)"),
+    ] = False,
+) -> None:
+    """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
+    from agentrooms.server import AuthConfig, check_bind
+    from agentrooms.server import serve as run_server
+
+    auth = AuthConfig(dev=dev)
+    try:
+        check_bind(host, auth)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    _prepare(url)
+    shown = f"[{host}]" if ":" in host else host
+    mode = "dev mode, no tokens" if dev else "bearer tokens required (agentrooms tokens mint)"
+    console.print(f"agentrooms on [bold]http://{shown}:{port}[/bold]  ({mode})")
+    console.print(f"  store {url}; API docs http://{shown}:{port}/docs; metrics /metrics")
+    run_server(url, host, port, auth)
 
 
 @app.command()
 def doctor(url: UrlOption = DEFAULT_URL) -> None:
     """Check the store connection and its durability settings, and say what is unsafe."""
 
-    async def run() -> int:
-        store = await open_store(url)
-        try:
-            info = await store.info()
-            snap = await store.read("doctor", ["probe"])
-        finally:
-            await store.close()
+    async def work(store: Store) -> int:
+        info = await store.info()
+        snap = await store.read("doctor", ["probe"])
         table = Table(show_header=False, box=None)
         table.add_row("backend", info.backend)
         table.add_row("url", info.url)
@@ -58,11 +129,237 @@ def doctor(url: UrlOption = DEFAULT_URL) -> None:
             console.print(f"[yellow]warning:[/yellow] {warning}")
         return 1 if info.warnings else 0
 
+    raise typer.Exit(_run(url, work))
+
+
+# ----------------------------------------------------------------------------- rooms
+
+
+@rooms_app.command("list")
+def rooms_list(
+    url: UrlOption = DEFAULT_URL,
+    archived: Annotated[bool, typer.Option("--archived", help="Include archived rooms")] = False,
+) -> None:
+    """List rooms with their newest event and ready tasks."""
+    infos = _run(url, lambda store: Rooms(store).list(include_archived=archived))
+    table = Table("room", "description", "events", "ready", "archived")
+    for info in infos:
+        table.add_row(
+            info.name,
+            info.description,
+            str(info.last_seq),
+            str(info.ready),
+            "yes" if info.archived else "",
+        )
+    console.print(table)
+
+
+@rooms_app.command("create")
+def rooms_create(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    description: Annotated[str, typer.Option(help="What the room is for")] = "",
+) -> None:
+    """Create a room."""
+    _run(url, lambda store: Rooms(store).create(room, description))
+    console.print(f"created room [bold]{room}[/bold]")
+
+
+@rooms_app.command("archive")
+def rooms_archive(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
+    """Make a room read-only."""
+    _run(url, lambda store: Rooms(store).archive(room))
+    console.print(f"archived room [bold]{room}[/bold]")
+
+
+@rooms_app.command("delete")
+def rooms_delete(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask")] = False,
+) -> None:
+    """Delete a room and everything in it."""
+    if not yes:
+        typer.confirm(f"delete room {room!r} and everything in it?", abort=True)
+    _run(url, lambda store: Rooms(store).delete(room))
+    console.print(f"deleted room [bold]{room}[/bold]")
+
+
+# ------------------------------------------------------------------------------ plan
+
+
+@plan_app.command("show")
+def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
+    """The plan as a tree of dependencies, with owners, leases and fencing tokens."""
+
+    async def work(store: Store) -> tuple[list[Any], float]:
+        tasks = await Rooms(store).room(room).plan.tasks()
+        return tasks, (await store.read(room, [])).now
+
+    tasks, now = _run(url, work)
+    by_id = {t.id: t for t in tasks}
+    colour = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
+    tree = Tree(f"[bold]{room}[/bold]: {len(tasks)} tasks")
+
+    def label(task: Any) -> str:
+        style = colour.get(task.status, "white")
+        text = f"[{style}]{task.status:9}[/{style}] {task.id}"
+        if task.title:
+            text += f"  {task.title}"
+        if task.status == "claimed":
+            text += (
+                f"  owner={task.owner} fence={task.fence} lease {_when(task.lease_expires, now)}"
+            )
+        elif task.owner:
+            text += f"  by {task.owner} (fence {task.fence})"
+        return text
+
+    def add(node: Tree, task: Any, path: frozenset[str]) -> None:
+        child = node.add(label(task))
+        for dependent in task.dependents:
+            if dependent in by_id and dependent not in path:
+                add(child, by_id[dependent], path | {dependent})
+
+    for task in tasks:
+        if not any(dep in by_id for dep in task.deps):
+            add(tree, task, frozenset({task.id}))
+    console.print(tree)
+
+
+# ------------------------------------------------------------------------------ tail
+
+
+@app.command()
+def tail(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    after: Annotated[
+        int | None, typer.Option("--after", help="Start after this sequence (default: now)")
+    ] = None,
+    count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
+) -> None:
+    """Follow a room's events live (woken by the store; moves no agent's cursor)."""
+
+    async def work(store: Store) -> None:
+        events = Rooms(store).room(room).events
+        await events.read(0, 1)  # NotFound for a room that does not exist
+        position = await store.last_seq(room) if after is None else after
+        shown = 0
+        while count is None or shown < count:
+            batch = await events.read(position, 100)
+            for event in batch:
+                console.print(
+                    f"[dim]#{event.seq}[/dim] [bold]{event.type}[/bold] "
+                    f"{json.dumps(event.data, ensure_ascii=False)}",
+                    highlight=False,
+                )
+                position = event.seq
+                shown += 1
+                if count is not None and shown >= count:
+                    return
+            if not batch:
+                await store.watch(room, position, 30)
+
     try:
-        code = asyncio.run(run())
-    except AgentroomsError as exc:
-        raise _fail(exc) from exc
-    raise typer.Exit(code)
+        _run(url, work)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+# ---------------------------------------------------------------------------- tokens
+
+
+@tokens_app.command("mint")
+def tokens_mint(
+    agent: Annotated[str, typer.Argument(help="The agent the token acts as")],
+    url: UrlOption = DEFAULT_URL,
+    rooms: Annotated[str, typer.Option(help="Comma-separated rooms, or *")] = "*",
+    scopes: Annotated[str, typer.Option(help="Comma-separated scopes")] = (
+        "plan:read,plan:write,lease:acquire,docs:read,docs:write,events:read,events:write,"
+        "presence:write,locks:write"
+    ),
+    role: Annotated[str | None, typer.Option(help="Role owning a document partition")] = None,
+    ttl: Annotated[float, typer.Option(help="Lifetime in seconds")] = 30 * 86_400.0,
+) -> None:
+    """Mint a bearer token; it is printed once and stored only hashed."""
+    from agentrooms.server import mint
+
+    room_list: list[str] | str = "*" if rooms.strip() == "*" else rooms.split(",")
+    minted = _run(
+        url,
+        lambda store: mint(
+            store, agent, rooms=room_list, scopes=scopes.split(","), role=role, ttl=ttl
+        ),
+    )
+    console.print(f"token id {minted.info.id} for agent {agent} (shown once):")
+    print(minted.token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token: Annotated[str, typer.Argument(help="Token id or the token itself")],
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """Revoke a token."""
+    from agentrooms.server import revoke
+
+    if not _run(url, lambda store: revoke(store, token)):
+        console.print("[red]no such token, or already revoked[/red]")
+        raise typer.Exit(1)
+    console.print("revoked")
+
+
+@tokens_app.command("list")
+def tokens_list(url: UrlOption = DEFAULT_URL) -> None:
+    """List tokens (never their secrets)."""
+    from agentrooms.server import list_tokens
+
+    async def work(store: Store) -> tuple[list[Any], float]:
+        return await list_tokens(store), (await store.read("_auth", [])).now
+
+    tokens, now = _run(url, work)
+    table = Table("id", "agent", "rooms", "scopes", "role", "expires", "revoked")
+    for t in tokens:
+        table.add_row(
+            t.id,
+            t.agent,
+            t.rooms if isinstance(t.rooms, str) else ",".join(t.rooms),
+            ",".join(t.scopes),
+            t.role or "",
+            _when(t.expires_at, now),
+            _when(t.revoked_at, now) if t.revoked_at else "",
+        )
+    console.print(table)
+
+
+# ------------------------------------------------------------------------- migrating
+
+
+@app.command()
+def migrate(
+    room: RoomArg,
+    old: Annotated[str, typer.Argument(help="Old projection, as module:attribute")],
+    new: Annotated[str, typer.Argument(help="New projection, as module:attribute")],
+    url: UrlOption = DEFAULT_URL,
+    step: Annotated[
+        str, typer.Option(help="expand | migrate | contract | all | rollback | status")
+    ] = "status",
+) -> None:
+    """Expand / migrate / contract a projection to a new version without stopping readers."""
+    from agentrooms.sourcing.migration import migrate_projection
+
+    if step not in ("expand", "migrate", "contract", "all", "rollback", "status"):
+        console.print(f"[red]unknown step {step!r}[/red]")
+        raise typer.Exit(2)
+    status = _run(url, lambda store: migrate_projection(store, room, old, new, step=step))  # type: ignore[arg-type]
+    console.print(
+        f"{status.name}: v{status.old} -> v{status.new}, phase {status.phase or 'not started'}, "
+        f"readers on v{status.active}; positions old {status.old_position}, "
+        f"new {status.new_position}, log head {status.head}"
+    )
+
+
+# ------------------------------------------------------------------------------ demo
 
 
 async def _demo(store: Store) -> None:
@@ -94,29 +391,16 @@ async def _demo(store: Store) -> None:
     assert final is not None
     console.print(f"report v{final.version}: {final.value}")
     last = await store.last_seq(room)
-    events = await store.read_log(room, after=max(0, last - 3))
-    for event in events:
+    for event in await store.read_log(room, after=max(0, last - 3)):
         console.print(f"  event #{event.seq} {event.type} {event.data}")
 
 
 @app.command()
 def demo(url: UrlOption = DEFAULT_URL) -> None:
-    """Open the store, let two agents race one compare-and-set, and read back the result."""
-
-    async def run() -> None:
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-            os.makedirs(os.path.dirname(url[len("sqlite:///") :]) or ".", exist_ok=True)
-        store = await open_store(url)
-        try:
-            await _demo(store)
-        finally:
-            await store.close()
-
-    try:
-        asyncio.run(run())
-    except AgentroomsError as exc:
-        raise _fail(exc) from exc
+    """Let two agents race one compare-and-set on the store, and read back the result."""
+    _run(url, _demo)
 
 
 def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
