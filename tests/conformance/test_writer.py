@@ -1,0 +1,308 @@
+"""The designated writer on every backend: order, backpressure, poison, outcomes,
+fencing, and failover between two writer processes (issue: writer; seed 004).
+
+memory:// cannot be shared with another process; there the two writers are tasks on
+killable handles of the same store (see ``writer_workers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import signal
+import uuid
+from typing import Any
+
+import pytest
+
+from agentrooms.commit import Intent
+from agentrooms.errors import BadRequest, IdempotencyMismatch, RateLimited, StaleFence
+from agentrooms.rooms import Room, Rooms
+from agentrooms.store import Append, Put, SetAdd, Store
+from agentrooms.writer import IntentQueue, Writer, WriterMetrics
+from tests.conformance import writer_workers as ww
+from tests.conftest import Backend
+
+
+@pytest.fixture
+async def room(store: Store) -> Room:
+    r = await Rooms(store).create(f"wq-{uuid.uuid4().hex[:10]}", "writer")
+    await r.scope.transact(writes=[Put("counter", {"n": 0})])
+    return r
+
+
+def writer(room: Room, owner: str = "w1", **options: Any) -> Writer:
+    return Writer(room, owner=owner, metrics=WriterMetrics(), **options)
+
+
+async def chain_log(store: Store, room: Room) -> list[int]:
+    log = await store.read_log(room.name, 0, 10_000)
+    return [e.data["i"] for e in log if e.type == "chain"]
+
+
+# ------------------------------------------------------------------------ in order
+
+
+async def test_intents_apply_in_submission_order(store: Store, room: Room) -> None:
+    queue = IntentQueue(room)
+    w = writer(room)
+    stop = asyncio.Event()
+    running = asyncio.create_task(w.run(stop))
+
+    async def submitter(s: int) -> list[str]:
+        ids = []
+        for k in range(12):
+            intent = Intent([], [Put(f"by/{s}", k)], [Append("item", {"s": s, "k": k})])
+            ids.append(await queue.submit(intent))
+        return ids
+
+    submitted = await asyncio.gather(*(submitter(s) for s in range(3)))
+    outcomes = [await queue.wait(i, timeout=20) for ids in submitted for i in ids]
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert {o.status for o in outcomes} == {"applied"}
+    log = await store.read_log(room.name, 0, 10_000)
+    order = [e.data["id"] for e in log if e.type == "wq.submitted"]
+    applied = [e.data["id"] for e in log if e.type == "wq.applied"]
+    assert applied == order  # the writer followed the queue exactly
+    items = [(e.data["s"], e.data["k"]) for e in log if e.type == "item"]
+    for s in range(3):
+        assert [k for who, k in items if who == s] == list(range(12))
+    assert all(o.seq is not None for o in outcomes)
+    assert await queue.depth() == 0 and await queue.position() == max(o.seq or 0 for o in outcomes)
+    assert (await store.read(room.name, ["by/0"])).value("by/0") == 11
+
+
+async def test_a_failed_predicate_is_a_recorded_outcome(store: Store, room: Room) -> None:
+    queue = IntentQueue(room)
+    first = await queue.submit(ww.chain_intent(0))
+    stale = await queue.submit(ww.chain_intent(0))  # computed from the same read: now stale
+    last = await queue.submit(ww.chain_intent(1))
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 3
+    outcomes = [await queue.outcome(i) for i in (first, stale, last)]
+    assert [o.status for o in outcomes] == ["applied", "rejected", "applied"]
+    assert outcomes[1].reason == ["counter.n == 0"]
+    assert await chain_log(store, room) == [0, 1]
+
+
+async def test_submission_is_idempotent_by_id(room: Room) -> None:
+    queue = IntentQueue(room)
+    assert await queue.submit(ww.chain_intent(0), intent_id="a") == "a"
+    assert await queue.submit(ww.chain_intent(0), intent_id="a") == "a"
+    assert await queue.depth() == 1
+    with pytest.raises(IdempotencyMismatch):
+        await queue.submit(ww.chain_intent(5), intent_id="a")
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 1
+    assert (await queue.outcome("a")).status == "applied"
+
+
+async def test_intents_the_store_would_refuse_are_refused_at_submission(room: Room) -> None:
+    queue = IntentQueue(room)
+    for bad in (
+        Intent([], [Put("wq/main/cursor", {"seq": 0})]),
+        Intent([], [Put("_meta", {})]),
+        Intent([], [Put("x", 1), Put("x", 2)]),
+        {"when": [], "writes": [{"op": "explode"}], "appends": []},
+        {"when": [{"key": "k", "op": "~="}], "writes": [], "appends": []},
+    ):
+        with pytest.raises(BadRequest):
+            await queue.submit(bad)
+    assert await queue.depth() == 0
+
+
+# ---------------------------------------------------------------------- backpressure
+
+
+async def test_a_full_queue_answers_rate_limited_with_retry_after(store: Store, room: Room) -> None:
+    queue = IntentQueue(room, max_depth=3)
+    for i in range(3):
+        await queue.submit(ww.chain_intent(i))
+    with pytest.raises(RateLimited) as unknown_rate:
+        await queue.submit(ww.chain_intent(3))
+    assert unknown_rate.value.retry_after == 1.0  # no throughput measured yet
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 3
+    cursor = (await store.read(room.name, ["wq/main/cursor"])).value("wq/main/cursor")
+    assert cursor["rate"] > 0
+    for i in range(3, 6):
+        await queue.submit(ww.chain_intent(i))
+    with pytest.raises(RateLimited) as measured:
+        await queue.submit(ww.chain_intent(6))
+    assert measured.value.retry_after == pytest.approx(min(60.0, max(0.01, 1 / cursor["rate"])))
+    assert await queue.depth() == 3
+
+
+# ----------------------------------------------------------------------------- poison
+
+
+async def test_poison_goes_to_the_dead_letters_and_the_queue_moves_on(
+    store: Store, room: Room
+) -> None:
+    """An intent that cannot be applied (here: one an incompatible client queued with an
+    unknown write op, bypassing validation) fails ``max_failures`` times, then is dead."""
+    queue = IntentQueue(room)
+    before = await queue.submit(ww.chain_intent(0))
+    poison = {"when": [], "writes": [{"op": "explode"}], "appends": []}
+    item = {"id": "poison", "status": "queued", "intent": poison, "digest": "-", "failures": 0}
+    await room.scope.transact(
+        writes=[Put(queue.keys.item("poison"), item), SetAdd(queue.keys.queued, "poison")],
+        appends=[Append("wq.submitted", {"queue": "main", "id": "poison", "keys": []})],
+    )
+    after = await queue.submit(ww.chain_intent(1))
+    metrics = WriterMetrics()
+    w = Writer(room, owner="w1", metrics=metrics, max_failures=3, retry_delay=0.01)
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await w.apply_pending(lock) == 3
+    assert [(await queue.outcome(i)).status for i in (before, "poison", after)] == [
+        "applied",
+        "dead",
+        "applied",
+    ]
+    (letter,) = await queue.dead_letters()
+    assert (letter.id, letter.failures, letter.intent) == ("poison", 3, poison)
+    assert letter.reason == {"type": "BadRequest", "message": "unknown write op 'explode'"}
+    log = await store.read_log(room.name, 0, 10_000)
+    assert [e.data["failures"] for e in log if e.type == "wq.failed"] == [1, 2, 3]
+    assert await chain_log(store, room) == [0, 1]
+    snap = metrics.snapshot()
+    assert snap["outcomes"] == {"applied": 2, "dead": 1}
+    assert snap["depth"] == {(room.name, "main"): 0}
+
+
+# ------------------------------------------------------------------------ metrics
+
+
+async def test_depth_and_latency_metrics(room: Room) -> None:
+    queue = IntentQueue(room)
+    for i in range(4):
+        await queue.submit(ww.chain_intent(i))
+    metrics = WriterMetrics()
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    await Writer(room, owner="w1", metrics=metrics).apply_pending(lock)
+    sample = metrics.registry.get_sample_value
+    assert sample("agentrooms_writer_queue_depth", {"room": room.name, "queue": "main"}) == 0
+    assert sample("agentrooms_writer_apply_seconds_count") == 4
+    assert sample("agentrooms_writer_queue_wait_seconds_count") == 4
+    assert sample("agentrooms_writer_intents_total", {"outcome": "applied"}) == 4
+    assert sample("agentrooms_commits_total", {"outcome": "ok"}) == 4  # the commit loop's
+    assert metrics.snapshot()["apply_p99"] > 0
+
+
+# -------------------------------------------------------------------------- fencing
+
+
+async def test_a_deposed_writer_cannot_apply(store: Store, room: Room) -> None:
+    queue = IntentQueue(room)
+    first = await queue.submit(ww.chain_intent(0))
+    old = await room.locks.try_acquire("writer.main", "old", ttl=0.2)
+    await asyncio.sleep(0.3)
+    new = await room.locks.try_acquire("writer.main", "new", ttl=30)
+    assert new.fence == old.fence + 1
+    with pytest.raises(StaleFence):
+        await writer(room, "old").apply_pending(old)
+    assert (await queue.outcome(first)).status == "queued"
+    assert await writer(room, "new").apply_pending(new) == 1
+    assert await chain_log(store, room) == [0]
+
+
+# ------------------------------------------------------------------------- failover
+
+
+class Writers:
+    """Two writers, in processes (shared backends) or as tasks on killable handles."""
+
+    def __init__(self, backend: Backend, store: Store, room: Room, lock_ttl: float) -> None:
+        self.backend, self.store, self.room, self.ttl = backend, store, room, lock_ttl
+        self.procs: dict[str, Any] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.handles: dict[str, ww.Killable] = {}
+        self.ctx = multiprocessing.get_context("spawn")
+        # one stop event per process: setting an event a killed process was waiting on
+        # would block forever (its condition waits for the dead sleeper to wake)
+        self.stops: dict[str, Any] = {}
+        self.killed: set[str] = set()
+        self.stop = asyncio.Event()
+
+    def start(self, owner: str) -> None:
+        if self.backend.shared_across_processes:
+            self.stops[owner] = self.ctx.Event()
+            args = (self.backend.url, self.room.name, owner, self.ttl, self.stops[owner])
+            self.procs[owner] = self.ctx.Process(target=ww.writer_main, args=args)
+            self.procs[owner].start()
+        else:
+            self.handles[owner] = ww.Killable(self.store)
+            coro = ww.serve(self.handles[owner], self.room.name, owner, self.ttl, self.stop)
+            self.tasks[owner] = asyncio.create_task(coro)
+
+    def kill(self, owner: str) -> None:
+        self.killed.add(owner)
+        if owner in self.procs:
+            pid = self.procs[owner].pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            self.procs[owner].join(10)
+        else:
+            self.handles[owner].kill()
+
+    async def close(self) -> None:
+        for owner, stop in self.stops.items():
+            if owner not in self.killed:
+                stop.set()
+        self.stop.set()
+        for proc in self.procs.values():
+            await asyncio.to_thread(proc.join, 15)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+        for task in self.tasks.values():
+            task.cancel()
+        for task in self.tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, ww.Killed):
+                await task
+
+
+@pytest.mark.slow
+async def test_failover_applies_every_intent_once_in_order(
+    backend: Backend, store: Store, room: Room
+) -> None:
+    """Two writers; the active one is killed (SIGKILL) mid-stream; the standby takes the
+    lock when it expires and carries on from the cursor: nothing lost, nothing twice."""
+    total, kill_after = 60, 20
+    queue = IntentQueue(room)
+    writers = Writers(backend, store, room, lock_ttl=2.0)
+    try:
+        writers.start("wa")
+        writers.start("wb")
+        ids = []
+        for i in range(total):
+            ids.append(await queue.submit(ww.chain_intent(i)))
+            if i == kill_after:
+                await queue.wait(ids[kill_after // 2], timeout=30)
+                holder = await room.locks.holder("writer.main")
+                assert holder is not None
+                writers.kill(holder.owner)
+                victim = holder.owner
+            await asyncio.sleep(0.01)
+        outcomes = [await queue.wait(i, timeout=30) for i in ids]
+        survivor = await room.locks.holder("writer.main")
+    finally:
+        await writers.close()
+    assert [o.status for o in outcomes] == ["applied"] * total
+    assert await chain_log(store, room) == list(range(total))
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": total}
+    seqs = [o.seq or 0 for o in outcomes]
+    assert seqs == sorted(seqs)
+    assert survivor is not None and survivor.owner != victim
+    log = await store.read_log(room.name, 0, 10_000)
+    applied = [e.data for e in log if e.type == "wq.applied"]
+    assert [d["id"] for d in applied] == ids
+    by = [d["by"] for d in applied]  # the victim applied a prefix, the survivor the rest
+    switch = by.index(survivor.owner)
+    assert (
+        0 < switch < total and set(by[:switch]) == {victim} and set(by[switch:]) == {survivor.owner}
+    )
+    assert applied[switch]["fence"] > applied[switch - 1]["fence"]

@@ -1,0 +1,124 @@
+"""The designated writer's pure parts: the intent codec, the apply transition, the
+throughput estimate. No store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentrooms.commit import Intent, View, Where
+from agentrooms.errors import BadRequest
+from agentrooms.rooms.locks import Lock
+from agentrooms.store.base import (
+    Append,
+    Delete,
+    Event,
+    FenceAtMost,
+    Put,
+    Record,
+    SetAdd,
+    SetRemove,
+    Snapshot,
+)
+from agentrooms.writer import (
+    QueueKeys,
+    _apply_intent,
+    _Step,
+    _Throughput,
+    decode_intent,
+    encode_intent,
+)
+
+Q = QueueKeys("main")
+LOCK = Lock("r", "writer.main", "w1", "tok", 4, 0.0, 10.0)
+
+
+def test_the_codec_round_trips_every_write_kind() -> None:
+    intent = Intent(
+        [Where("task/t", "status", "==", "done"), Where("flag", op="absent")],
+        [Put("a", {"x": [1]}, ttl=5.0), Delete("b"), SetAdd("s", "m"), SetRemove("s", "n")],
+        [Append("report.linked", {"uri": "s3://x"})],
+    )
+    assert decode_intent(encode_intent(intent)) == intent
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        None,
+        {"when": []},
+        {"when": [], "writes": [{"op": "explode"}], "appends": []},
+        {"when": [{"key": "k", "op": "~"}], "writes": [], "appends": []},
+        {"when": [], "writes": [{"op": "put", "key": "wq/main/cursor"}], "appends": []},
+        {
+            "when": [],
+            "writes": [{"op": "set_add", "name": "wq:main:queued", "member": "x"}],
+            "appends": [],
+        },
+        {"when": [], "writes": [{"op": "delete", "key": "lockfence/writer.main"}], "appends": []},
+        {"when": [], "writes": [{"op": "put", "key": "_archived", "value": True}], "appends": []},
+    ],
+)
+def test_malformed_or_reserved_intents_are_bad_requests(payload: Any) -> None:
+    with pytest.raises(BadRequest):
+        decode_intent(payload)
+
+
+def view(records: dict[str, Any], now: float = 50.0) -> View:
+    snap = Snapshot({k: Record(k, v, 3) for k, v in records.items()}, now)
+    return View(snap, [Q.cursor, Q.item("i1"), "counter", *records])
+
+
+def step(seq: int = 9) -> _Step:
+    event = Event(seq, "wq.submitted", {"queue": "main", "id": "i1", "keys": ["counter"]}, 40.0)
+    return _Step(Q, event, LOCK, 60.0)
+
+
+def queued(intent: Intent) -> dict[str, Any]:
+    return {"id": "i1", "status": "queued", "intent": encode_intent(intent), "failures": 0}
+
+
+def test_apply_writes_the_intent_its_outcome_and_the_cursor_in_one_change() -> None:
+    intent = Intent([Where("counter", "n", "==", 0)], [Put("counter", {"n": 1})], [Append("x")])
+    change = _apply_intent(
+        view({"counter": {"n": 0}, Q.item("i1"): queued(intent)}),
+        None,
+        step=step(),
+        stats={"rate": 2.0},
+    )
+    puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
+    assert puts["counter"] == {"n": 1}
+    assert puts[Q.cursor] == {"seq": 9, "rate": 2.0, "at": 50.0}
+    assert puts[Q.item("i1")]["status"] == "applied" and puts[Q.item("i1")]["seq"] == 9
+    assert SetRemove(Q.queued, "i1") in change.writes
+    assert list(change.requires) == [FenceAtMost("lockfence/writer.main", 4)]
+    assert [a.type for a in change.appends] == ["x", "wq.applied"]
+    assert change.appends[-1].data["by"] == "w1" and change.result == {
+        "status": "applied",
+        "at": 50.0,
+    }
+
+
+def test_a_failed_predicate_is_rejected_without_the_intent_writes() -> None:
+    intent = Intent([Where("counter", "n", "==", 5)], [Put("counter", {"n": 6})], [Append("x")])
+    change = _apply_intent(
+        view({"counter": {"n": 0}, Q.item("i1"): queued(intent)}), None, step=step(), stats={}
+    )
+    assert "counter" not in {w.key for w in change.writes if isinstance(w, Put)}
+    assert [a.type for a in change.appends] == ["wq.rejected"]
+    assert change.appends[0].data["reason"] == ["counter.n == 5"]
+
+
+def test_a_consumed_submission_changes_nothing() -> None:
+    intent = Intent([], [Put("counter", 1)])
+    records = {Q.cursor: {"seq": 9}, Q.item("i1"): queued(intent)}
+    change = _apply_intent(view(records), None, step=step(9), stats={})
+    assert not change.writes and not change.appends and change.result is None
+
+
+def test_throughput_is_intents_per_second() -> None:
+    rate = _Throughput(size=3)
+    assert rate.rate() == 0.0
+    rate._times.extend([10.0, 10.5, 11.0])
+    assert rate.rate() == pytest.approx(2.0)
