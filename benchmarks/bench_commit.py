@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -98,6 +99,40 @@ async def run_cell(stores: list[Store], cell: Cell, duration: float) -> None:
         raise SystemExit(f"LOST UPDATE: counter {final} != {cell.commits} acknowledged commits")
 
 
+@dataclass
+class Burst:
+    """AWS's "Exponential Backoff and Jitter" setting: N writers start at once and each
+    must commit once; total write attempts and time until the last one is done."""
+
+    backend: str
+    policy: str
+    writers: int
+    attempts: list[int] = field(default_factory=list)  # per round
+    seconds: list[float] = field(default_factory=list)
+
+
+async def run_burst(stores: list[Store], burst: Burst, rounds: int) -> None:
+    policy = RetryPolicy(max_attempts=10_000, budget=60.0, backoff=POLICIES[burst.policy]())
+    for _ in range(rounds):
+        room = unique("burst")
+        barrier = asyncio.Barrier(burst.writers)
+
+        async def writer(store: Store, room: str = room, barrier: asyncio.Barrier = barrier) -> int:
+            await barrier.wait()
+            result = await commit(store, room, increment, None, keys=["counter"], policy=policy)
+            return result.attempts
+
+        t0 = time.perf_counter()
+        attempts = await asyncio.gather(
+            *(writer(stores[i % len(stores)]) for i in range(burst.writers))
+        )
+        burst.seconds.append(time.perf_counter() - t0)
+        burst.attempts.append(sum(attempts))
+        final = (await stores[0].read(room, ["counter"])).value("counter", 0)
+        if final != burst.writers:
+            raise SystemExit(f"LOST UPDATE in burst: {final} != {burst.writers}")
+
+
 async def open_many(url: str, n: int) -> list[Store]:
     if url.startswith("memory:"):
         return [await open_store(url)]  # one process-private store
@@ -105,12 +140,27 @@ async def open_many(url: str, n: int) -> list[Store]:
 
 
 async def bench_backend(
-    name: str, url: str, writers: list[int], policies: list[str], duration: float
+    name: str,
+    url: str,
+    writers: list[int],
+    policies: list[str],
+    duration: float,
+    bursts: list[Burst],
 ) -> list[Cell]:
     cells: list[Cell] = []
     # one store handle (connection pool) per 8 writers, as separate agents would have
     stores = await open_many(url, max(1, max(writers) // 8))
     try:
+        for policy in policies:
+            burst = Burst(name, policy, max(writers))
+            await run_burst(stores, burst, rounds=5)
+            bursts.append(burst)
+            print(
+                f"  {name:8} {policy:12} burst of {burst.writers}: "
+                f"{statistics.median(burst.attempts) / burst.writers:.2f} attempts per writer, "
+                f"all done in {statistics.median(burst.seconds) * 1000:.0f} ms",
+                flush=True,
+            )
         for n in writers:
             for policy in policies:
                 cell = Cell(name, policy, n)
@@ -126,6 +176,31 @@ async def bench_backend(
         for s in stores:
             await s.close()
     return cells
+
+
+def burst_table(bursts: list[Burst]) -> str:
+    lines = [
+        "| backend | policy | writers | write attempts per writer (median of 5) | "
+        "all done in ms (median) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for b in bursts:
+        lines.append(
+            f"| {b.backend} | {b.policy} | {b.writers} | "
+            f"{statistics.median(b.attempts) / b.writers:.2f} | "
+            f"{statistics.median(b.seconds) * 1000:.0f} |"
+        )
+    out = "\n".join(lines)
+    for backend in dict.fromkeys(b.backend for b in bursts):
+        by = {b.policy: b for b in bursts if b.backend == backend}
+        if "exponential" in by and "full" in by:
+            exp = statistics.median(by["exponential"].attempts)
+            full = statistics.median(by["full"].attempts)
+            out += (
+                f"\n- {backend}: full jitter sends {1 - full / exp:.0%} fewer write attempts "
+                f"than un-jittered exponential backoff for a burst of {by['full'].writers}"
+            )
+    return out
 
 
 def table(cells: list[Cell]) -> str:
@@ -205,16 +280,19 @@ async def main() -> None:
     writers = [int(n) for n in args.writers.split(",")]
     policies = args.policies.split(",")
     cells: list[Cell] = []
+    bursts: list[Burst] = []
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
             if backend == "sqlite":
                 url = f"sqlite:///{Path(tmp) / 'commit.db'}"
-                cells += await bench_backend(backend, url, writers, policies, args.duration)
+                cells += await bench_backend(backend, url, writers, policies, args.duration, bursts)
             elif backend == "redis":
                 prefix = unique("arcommit")
                 try:
                     url = f"{REDIS_URL}?prefix={prefix}"
-                    cells += await bench_backend(backend, url, writers, policies, args.duration)
+                    cells += await bench_backend(
+                        backend, url, writers, policies, args.duration, bursts
+                    )
                 finally:
                     from bench_transact import drop_redis_prefix
 
@@ -223,13 +301,19 @@ async def main() -> None:
                 from bench_transact import postgres_database
 
                 async with postgres_database() as url:
-                    cells += await bench_backend(backend, url, writers, policies, args.duration)
+                    cells += await bench_backend(
+                        backend, url, writers, policies, args.duration, bursts
+                    )
             elif backend == "memory":
-                cells += await bench_backend(backend, "memory://", writers, policies, args.duration)
+                cells += await bench_backend(
+                    backend, "memory://", writers, policies, args.duration, bursts
+                )
     print(f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell\n")
     print(table(cells))
     print()
     print(goals(cells))
+    print()
+    print(burst_table(bursts))
     if args.plot:
         plot(cells, args.plot)
         print(f"\nplot: {args.plot}")
