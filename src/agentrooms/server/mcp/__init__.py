@@ -1,0 +1,45 @@
+"""The MCP server: agentrooms as tools an LLM agent calls, over stdio or streamable HTTP.
+
+::
+
+    # stdio, for one agent (an MCP host launches it):
+    python -m agentrooms.server.mcp stdio --store sqlite:///team.db --agent alice
+
+    # streamable HTTP, stateless, bearer tokens of agentrooms.server.auth:
+    python -m agentrooms.server.mcp http --store postgresql://... --host 0.0.0.0 --port 8765
+
+In code: :func:`build_mcp` makes the server over an open store; :func:`run_stdio` serves
+it on stdin/stdout; :class:`McpHttp` is the ASGI app for streamable HTTP, which
+:func:`mount_mcp` adds to an existing app (e.g. the HTTP API at ``/mcp``),
+:func:`create_mcp_app` is the standalone app and :func:`serve_mcp_http` runs that with
+uvicorn.
+
+Tools (each takes ``room``; state-changing ones an optional ``request_id``):
+``join_room``, ``heartbeat``, ``who_is_online``, ``read_plan``, ``add_tasks``,
+``claim_task``, ``renew_lease``, ``complete_task``, ``fail_task``, ``read_new_events``,
+``post_event``, ``read_document``, ``write_document``, ``acquire_lock``, ``release_lock``.
+Errors are tool errors whose text starts with the error type and says what to do next
+(:mod:`.hints`); push is a ``subscriptions/listen`` stream on ``room://{room}/events``
+(:mod:`.push`).
+"""
+
+from __future__ import annotations
+
+from agentrooms.server.mcp.http import McpHttp, create_mcp_app, mount_mcp, serve_mcp_http
+from agentrooms.server.mcp.push import EVENTS_TEMPLATE, events_uri
+from agentrooms.server.mcp.server import INSTRUCTIONS, AgentroomsMCP, build_mcp
+from agentrooms.server.mcp.stdio import run_stdio, run_stdio_async
+
+__all__ = [
+    "EVENTS_TEMPLATE",
+    "INSTRUCTIONS",
+    "AgentroomsMCP",
+    "McpHttp",
+    "build_mcp",
+    "create_mcp_app",
+    "events_uri",
+    "mount_mcp",
+    "run_stdio",
+    "run_stdio_async",
+    "serve_mcp_http",
+]

@@ -1,0 +1,176 @@
+"""The MCP server object: the tools, the ``room://{room}/events`` resource and its push
+stream, on the official SDK's :class:`~mcp.server.mcpserver.MCPServer`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp_types import (
+    CallToolResult,
+    InputRequiredResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    UnsubscribeRequestParams,
+)
+from pydantic import ValidationError
+
+from agentrooms import __version__
+from agentrooms.errors import AgentroomsError, NotFound
+from agentrooms.rooms import keys
+from agentrooms.server.auth import SCOPES, AuthConfig, Principal
+from agentrooms.server.limits import HttpLimits
+from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
+from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
+from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools, count_error
+from agentrooms.store.base import Store
+
+__all__ = ["INSTRUCTIONS", "AgentroomsMCP", "build_mcp"]
+
+INSTRUCTIONS = """agentrooms: shared state for a team of agents, organised in rooms.
+Loop: join_room -> claim_task -> do the work (renew_lease before the lease expires) ->
+complete_task (or fail_task) -> claim_task again; read_new_events to see what others did
+(each event is returned once). Documents: read_document gives value + version; write it
+back with write_document and that version; on version_conflict re-read and re-apply.
+Errors start with their type and say what to do next. Pass request_id on a call you may
+repeat so it is applied once. Hosts can listen to room://{room}/events to be told when
+new events arrive."""
+
+
+class AgentroomsMCP(MCPServer[Any]):
+    """The agentrooms MCP server over one store.
+
+    ``principal`` fixes the caller (stdio); without it every call's caller comes from its
+    HTTP request, admitted by :class:`agentrooms.server.mcp.http.McpHttp` with ``auth``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        principal: Principal | None,
+        auth: AuthConfig | None = None,
+        limits: HttpLimits | None = None,
+    ) -> None:
+        super().__init__(
+            "agentrooms",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            log_level="WARNING",
+            warn_on_duplicate_tools=False,
+        )
+        self.store = store
+        self.auth = auth
+        self.tools = RoomTools(store, principal=principal, limits=limits or HttpLimits(rate=None))
+        self.listener = RoomEventsListener(self.tools)
+        self._register_tools()
+        self.resource(
+            EVENTS_TEMPLATE,
+            name="room-events",
+            description="Where you stand in a room's event log: {cursor, head, unread}. "
+            "Listen to it (subscriptions/listen) to be told when events arrive; read them "
+            "with read_new_events.",
+            mime_type="application/json",
+        )(self._events_resource)
+        # subscriptions/listen: our handler watches the store instead of an in-process bus
+        self._lowlevel_server.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, self.listener
+        )
+
+    def _register_tools(self) -> None:
+        t = self.tools
+        table: list[tuple[Callable[..., Any], Any]] = [
+            (t.join_room, IDEMPOTENT),
+            (t.heartbeat, IDEMPOTENT),
+            (t.who_is_online, READ_ONLY),
+            (t.read_plan, READ_ONLY),
+            (t.add_tasks, CHANGES),
+            (t.claim_task, CHANGES),
+            (t.renew_lease, IDEMPOTENT),
+            (t.complete_task, CHANGES),
+            (t.fail_task, CHANGES),
+            (t.read_new_events, CHANGES),
+            (t.post_event, CHANGES),
+            (t.read_document, READ_ONLY),
+            (t.write_document, CHANGES),
+            (t.acquire_lock, CHANGES),
+            (t.release_lock, IDEMPOTENT),
+        ]
+        for fn, hints in table:
+            self.add_tool(fn, annotations=hints, structured_output=False)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """As the SDK's, but arguments that fail validation are a typed ``bad_request``
+        naming each bad argument, and an unknown tool lists the known ones."""
+        if self._tool_manager.get_tool(name) is None:
+            known = ", ".join(t.name for t in self._tool_manager.list_tools())
+            hint = Hint("bad_request", f"there is no tool {name!r}", f"call one of: {known}")
+        else:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if not isinstance(exc.__cause__, ValidationError):
+                    raise
+                hint = validation_hint(name, exc.__cause__)
+        count_error(hint.type)
+        return error_result(hint)
+
+    async def run_stdio_async(self) -> None:
+        """Serve stdin/stdout; clients of the handshake revisions may also
+        ``resources/subscribe`` to ``room://{room}/events`` here (the watchers live in
+        this call's task group, as long as the connection)."""
+        async with anyio.create_task_group() as group:
+            legacy = LegacySubscriptions(self.listener, group)
+            low = self._lowlevel_server
+            low.add_request_handler("resources/subscribe", SubscribeRequestParams, legacy.subscribe)
+            low.add_request_handler(
+                "resources/unsubscribe", UnsubscribeRequestParams, legacy.unsubscribe
+            )
+            try:
+                await super().run_stdio_async()
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _events_resource(self, room: str, ctx: Context[Any, Any]) -> str:
+        try:
+            principal = self.tools.principal(ctx)
+            handle = self.tools.enter(principal, room, "events:read")
+            cursor = await handle.events.cursor(principal.agent)
+            head = await self.store.last_seq(handle.name)
+        except NotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        except AgentroomsError as exc:
+            raise ResourceError(f"{exc.code}: {exc}") from exc
+        body = {"cursor": cursor, "head": head, "unread": max(0, head - cursor)}
+        return json.dumps(body, separators=(",", ":"))
+
+
+def build_mcp(
+    store: Store,
+    *,
+    agent: str | None,
+    auth: AuthConfig | None = None,
+    limits: HttpLimits | None = None,
+    rooms: list[str] | None = None,
+) -> AgentroomsMCP:
+    """The MCP server over ``store`` (which the caller opens and closes).
+
+    With ``agent`` (stdio) every call acts as that agent, with every scope, in ``rooms``
+    (all rooms when ``None``). Without it (HTTP) every call acts as its request's bearer
+    token says, checked by :mod:`agentrooms.server.auth` with ``auth``; serve it with
+    :class:`agentrooms.server.mcp.http.McpHttp`.
+    """
+    principal = None
+    if agent is not None:
+        keys.check_name(agent, "agent")
+        allowed = None if rooms is None else frozenset(keys.check_name(r, "room") for r in rooms)
+        principal = Principal(agent, allowed, SCOPES, None)
+    elif auth is None:
+        raise ValueError("give the agent (stdio) or the auth config (HTTP)")
+    return AgentroomsMCP(store, principal=principal, auth=auth, limits=limits)

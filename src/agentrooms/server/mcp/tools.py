@@ -1,0 +1,633 @@
+"""The tools an agent calls, each a thin translation to the rooms library.
+
+Every tool names its ``room``; who calls is fixed by the transport (stdio: the agent the
+server was started for; HTTP: the bearer token, with the HTTP surface's scope and room
+rules, a room outside the token answering exactly as an absent one). Nothing is kept
+between calls: leases travel as ``task_id`` + ``fence``, lock grants as their ``token``,
+the event cursor lives in the store. State-changing tools take an optional
+``request_id`` that becomes the library's command id, scoped to the agent, so repeating
+a call whose answer was lost applies nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, ToolAnnotations
+from prometheus_client import REGISTRY, Counter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from agentrooms.errors import (
+    AgentroomsError,
+    BadRequest,
+    Forbidden,
+    LeaseHeld,
+    LockHeld,
+    RateLimited,
+    Unauthorized,
+    VersionConflict,
+)
+from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
+from agentrooms.rooms import keys as room_keys
+from agentrooms.rooms.documents import check_doc_name
+from agentrooms.server.auth import Principal
+from agentrooms.server.deps import command_id, enter
+from agentrooms.server.gate import PRINCIPAL
+from agentrooms.server.limits import HttpLimits, RateLimiter
+from agentrooms.server.mcp.hints import (
+    Hint,
+    Verbatim,
+    document_conflict,
+    error_result,
+    hint_for,
+    ok_result,
+    verbatim,
+)
+from agentrooms.server.models import DOC_PATTERN, NAME_PATTERN
+from agentrooms.store.base import Event, Store
+
+__all__ = ["RoomTools", "TaskIn", "count_error"]
+
+log = logging.getLogger("agentrooms.server.mcp")
+
+Body = Mapping[str, Any]
+
+RoomArg = Annotated[
+    str,
+    Field(pattern=NAME_PATTERN, max_length=128, description="the room's name"),
+]
+TaskIdArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="the task's id")]
+FenceArg = Annotated[
+    int, Field(ge=0, description="the fence your claim_task returned for this task")
+]
+RequestId = Annotated[
+    str | None,
+    Field(
+        pattern=r"^[!-~]{1,64}$",
+        description="optional idempotency key: repeat a call with the same request_id and it "
+        "is applied once (use a new one for each new call)",
+    ),
+]
+LeaseTtl = Annotated[
+    float, Field(gt=0, le=86_400, description="lease length in seconds (renew before it ends)")
+]
+StatusArg = Annotated[
+    str, Field(min_length=1, max_length=200, description="what you are doing, e.g. 'working'")
+]
+DocNameArg = Annotated[
+    str,
+    Field(pattern=DOC_PATTERN, max_length=193, description="document name, [partition/]name"),
+]
+LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="lock name")]
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+IDEMPOTENT = ToolAnnotations(read_only_hint=False, idempotent_hint=True, open_world_hint=False)
+CHANGES = ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False)
+
+
+class TaskIn(BaseModel):
+    """A task to add to the plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+    title: str = Field(default="", max_length=1000)
+    payload: JsonValue = Field(default=None, description="anything the worker needs (JSON)")
+    deps: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]] = Field(
+        default_factory=list, max_length=1000, description="ids of tasks that must be done first"
+    )
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+
+
+_errors: Counter | None = None
+_errors_lock = threading.Lock()
+
+
+def count_error(kind: str) -> None:
+    """Count a tool error by type in ``agentrooms_mcp_errors_total`` (default registry,
+    served by the HTTP API's ``/metrics``)."""
+    global _errors
+    with _errors_lock:
+        if _errors is None:
+            _errors = Counter(
+                "agentrooms_mcp_errors",
+                "MCP tool errors, by error type",
+                ["type"],
+                registry=REGISTRY,
+            )
+    _errors.labels(kind).inc()
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _event(event: Event) -> dict[str, Any]:
+    return {"seq": event.seq, "type": event.type, "data": verbatim(event.data)}
+
+
+class RoomTools:
+    """The tool implementations over one store. ``principal`` fixes the caller (stdio);
+    without it each call's caller comes from its HTTP request (``scope[PRINCIPAL]``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        principal: Principal | None,
+        limits: HttpLimits,
+    ) -> None:
+        self.store = store
+        self.rooms = Rooms(store)
+        self.fixed = principal
+        self.limits = limits
+        self.limiter = None if limits.rate is None else RateLimiter(limits.rate, limits.burst)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def principal(self, ctx: Context[Any, Any]) -> Principal:
+        """Who is calling: the fixed agent, else the one the HTTP layer admitted."""
+        return self.principal_of_request(ctx.request_context.request)
+
+    def principal_of_request(self, request: Any) -> Principal:
+        """The fixed agent, else the principal on an HTTP request's ASGI scope."""
+        if self.fixed is not None:
+            return self.fixed
+        scope = getattr(request, "scope", None)
+        principal = None if scope is None else scope.get(PRINCIPAL)
+        if not isinstance(principal, Principal):
+            raise Unauthorized("no authenticated caller for this request")
+        return principal
+
+    def enter(self, principal: Principal, room: str, scope: str) -> Room:
+        """The room if ``principal`` may use ``scope`` there; a room outside its token is
+        ``NotFound`` exactly like an absent one (the HTTP surface's rule)."""
+        return enter(principal, self.rooms, room, scope)
+
+    async def run(
+        self,
+        ctx: Context[Any, Any],
+        room: str,
+        scope: str,
+        body: Callable[[Principal, Room], Awaitable[Body]],
+    ) -> CallToolResult:
+        """Admit the caller to ``room`` with ``scope``, run ``body``, and turn its outcome
+        (or its error) into the tool result."""
+        try:
+            principal = self.principal(ctx)
+            self.charge(principal)
+            return ok_result(await body(principal, self.enter(principal, room, scope)))
+        except _Answered as exc:
+            hint = exc.hint
+        except AgentroomsError as exc:
+            hint = await self.explain(exc, room, ctx)
+        except Exception:
+            log.exception("MCP tool failed unexpectedly")
+            hint = Hint(
+                "internal_error",
+                "the server failed unexpectedly (it is logged)",
+                "retry once with the same request_id; if it fails again, report it",
+            )
+        count_error(hint.type)
+        return error_result(hint)
+
+    def charge(self, principal: Principal) -> None:
+        if self.limiter is None:
+            return
+        wait = self.limiter.take(principal.agent)
+        if wait > 0:
+            raise RateLimited(wait, f"agent {principal.agent!r} is over its call rate")
+
+    async def explain(self, exc: AgentroomsError, room: str, ctx: Context[Any, Any]) -> Hint:
+        """The hint for ``exc``; for a held lease or lock, with when it expires."""
+        if isinstance(exc, LeaseHeld | LockHeld):
+            lease = isinstance(exc, LeaseHeld)
+            key = room_keys.task(exc.name) if lease else room_keys.lock(exc.name)
+            try:
+                snap = await self.rooms.room(room).scope.read([key])
+            except AgentroomsError:
+                return hint_for(exc)
+            record = snap.get(key)
+            expires: float | None = None
+            if record is not None:
+                expires = record.value.get("lease_expires") if lease else record.expires_at
+            yours = exc.holder is not None and exc.holder == self.principal(ctx).agent
+            expires_in = None if expires is None else expires - snap.now
+            return hint_for(exc, expires_in=expires_in, yours=yours)
+        return hint_for(exc)
+
+    # --------------------------------------------------------------- the tools
+
+    async def join_room(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        status: StatusArg = "online",
+    ) -> CallToolResult:
+        """Enter a room: announces you as online and returns where you stand: your event
+        cursor, how many events you have not read (unread), how many tasks are ready, and
+        who is online. Call it first, then claim_task / read_new_events."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            member = await r.presence.heartbeat(principal.agent, status)
+            out: dict[str, Any] = {"room": r.name, "you": principal.agent}
+            if principal.has("events:read"):
+                cursor = await r.events.cursor(principal.agent)
+                head = await r.store.last_seq(r.name)
+                out |= {"cursor": cursor, "unread": max(0, head - cursor)}
+            if principal.has("plan:read"):
+                out["ready"] = await r.plan.ready_count()
+            if principal.has("rooms:read"):
+                out["online"] = {m.agent: m.status for m in await r.presence.who_is_online()}
+            out["heartbeat_every"] = round((member.expires_at - member.last_seen) / 2, 1)
+            return out
+
+        return await self.run(ctx, room, "presence:write", body)
+
+    async def heartbeat(
+        self, room: RoomArg, ctx: Context[Any, Any], status: StatusArg = "online"
+    ) -> CallToolResult:
+        """Say you are still here (and what you are doing). Presence expires unless renewed:
+        call it every heartbeat_every seconds that join_room returned."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            member = await r.presence.heartbeat(principal.agent, status)
+            return {"status": member.status, "expires_in": member.expires_at - member.last_seen}
+
+        return await self.run(ctx, room, "presence:write", body)
+
+    async def who_is_online(self, room: RoomArg, ctx: Context[Any, Any]) -> CallToolResult:
+        """Agents whose presence has not expired, with the status each last gave."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            return {"online": {m.agent: m.status for m in await r.presence.who_is_online()}}
+
+        return await self.run(ctx, room, "rooms:read", body)
+
+    async def read_plan(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        status: Annotated[
+            str | None,
+            Field(
+                pattern="^(pending|ready|claimed|done|failed|cancelled)$",
+                description="only tasks with this status",
+            ),
+        ] = None,
+        details: Annotated[
+            bool, Field(description="also return title, payload, result, error, attempts")
+        ] = False,
+    ) -> CallToolResult:
+        """The plan's tasks in id order, compactly: id, status, owner, deps. Ask for
+        details only when you need payloads or results."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            out = []
+            for t in await r.plan.tasks(status):
+                item: dict[str, Any] = {"id": t.id, "status": t.status, "owner": t.owner}
+                if t.deps:
+                    item["deps"] = t.deps
+                if details:
+                    item |= {
+                        "title": t.title or None,
+                        "payload": verbatim(t.payload),
+                        "result": verbatim(t.result),
+                        "error": verbatim(t.error),
+                        "attempts": t.attempts or None,
+                    }
+                out.append(item)
+            return {"tasks": out}
+
+        return await self.run(ctx, room, "plan:read", body)
+
+    async def add_tasks(
+        self,
+        room: RoomArg,
+        tasks: Annotated[list[TaskIn], Field(min_length=1, max_length=1000)],
+        ctx: Context[Any, Any],
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Add tasks to the plan, all or none. A task becomes ready when every task in its
+        deps is done. Returns the ids that are ready at once."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            if len(tasks) > self.limits.max_batch:
+                raise BadRequest(f"add at most {self.limits.max_batch} tasks at once")
+            specs = [
+                TaskSpec(t.id, t.title, t.payload, tuple(t.deps), t.max_attempts) for t in tasks
+            ]
+            ready = await r.plan.add(specs, command_id=command_id(principal, request_id))
+            return {"added": len(specs), "ready": ready}
+
+        return await self.run(ctx, room, "plan:write", body)
+
+    async def claim_task(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        task_id: Annotated[
+            str | None,
+            Field(
+                pattern=NAME_PATTERN,
+                max_length=128,
+                description="claim this task; omit to get the next ready one",
+            ),
+        ] = None,
+        ttl: LeaseTtl = 60.0,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Claim the next ready task (or the one named) under a lease. Returns the task,
+        your fence (pass it to renew_lease / complete_task / fail_task) and when the lease
+        expires; renew it before then. {"claimed": false} when nothing is ready."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            cmd = command_id(principal, request_id)
+            lease: Lease | None
+            if task_id is None:
+                lease = await r.plan.claim_next(principal.agent, ttl=ttl, command_id=cmd)
+            else:
+                lease = await r.plan.claim(task_id, principal.agent, ttl=ttl, command_id=cmd)
+            if lease is None:
+                return {
+                    "claimed": False,
+                    "hint": "no task is ready now; read_new_events to see progress, then retry",
+                }
+            task = await r.plan.get(lease.task_id)
+            return {
+                "claimed": True,
+                "task": {
+                    "id": task.id,
+                    "title": task.title or None,
+                    "payload": verbatim(task.payload),
+                    "deps": task.deps or None,
+                    "attempt": task.attempts,
+                },
+                "fence": lease.fence,
+                "expires_at": _rounded(lease.expires_at),
+                "ttl": lease.ttl,
+            }
+
+        return await self.run(ctx, room, "lease:acquire", body)
+
+    def _lease(self, principal: Principal, r: Room, task_id: str, fence: int, ttl: float) -> Lease:
+        return Lease(r.name, task_id, principal.agent, fence, 0.0, ttl)
+
+    async def renew_lease(
+        self,
+        room: RoomArg,
+        task_id: TaskIdArg,
+        fence: FenceArg,
+        ctx: Context[Any, Any],
+        ttl: LeaseTtl = 60.0,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Extend your lease on a task to ttl seconds from now."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            lease = self._lease(principal, r, task_id, fence, ttl)
+            renewed = await r.plan.renew(lease, ttl, command_id=command_id(principal, request_id))
+            return {"fence": renewed.fence, "expires_at": _rounded(renewed.expires_at)}
+
+        return await self.run(ctx, room, "lease:acquire", body)
+
+    async def complete_task(
+        self,
+        room: RoomArg,
+        task_id: TaskIdArg,
+        fence: FenceArg,
+        ctx: Context[Any, Any],
+        result: Annotated[JsonValue, Field(description="the task's result (JSON)")] = None,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Record the result of a task you hold; tasks waiting on it may become ready."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            lease = self._lease(principal, r, task_id, fence, 60.0)
+            cmd = command_id(principal, request_id)
+            done = await r.plan.complete(lease, result, command_id=cmd)
+            return {"task_id": done.id, "status": done.status}
+
+        return await self.run(ctx, room, "lease:acquire", body)
+
+    async def fail_task(
+        self,
+        room: RoomArg,
+        task_id: TaskIdArg,
+        fence: FenceArg,
+        ctx: Context[Any, Any],
+        error: Annotated[JsonValue, Field(description="what went wrong (JSON)")] = None,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Give a task you hold back: it is ready again while attempts remain, else failed."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            lease = self._lease(principal, r, task_id, fence, 60.0)
+            after = await r.plan.fail(lease, error, command_id=command_id(principal, request_id))
+            return {
+                "task_id": after.id,
+                "status": after.status,
+                "attempts": after.attempts,
+                "max_attempts": after.max_attempts,
+            }
+
+        return await self.run(ctx, room, "lease:acquire", body)
+
+    async def read_new_events(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        limit: Annotated[int, Field(ge=1, le=1000, description="at most this many")] = 100,
+        skip_to_latest: Annotated[
+            bool,
+            Field(description="move your cursor to the newest event without reading (resync)"),
+        ] = False,
+    ) -> CallToolResult:
+        """Events you have not seen yet, oldest first, as {seq, type, data}; your cursor
+        moves past them, so the next call returns only newer ones. more=true: call again."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            if skip_to_latest:
+                return {"events": [], "cursor": await r.events.resync(principal.agent)}
+            events = await r.events.read_new(principal.agent, limit)
+            if not events:
+                return {"events": [], "cursor": await r.events.cursor(principal.agent)}
+            cursor = events[-1].seq
+            more = len(events) == limit and await r.store.last_seq(r.name) > cursor
+            return {"events": [_event(e) for e in events], "cursor": cursor, "more": more or None}
+
+        return await self.run(ctx, room, "events:read", body)
+
+    async def post_event(
+        self,
+        room: RoomArg,
+        type: Annotated[
+            str,
+            Field(pattern=NAME_PATTERN, max_length=128, description="event type, e.g. 'note'"),
+        ],
+        ctx: Context[Any, Any],
+        data: Annotated[JsonValue, Field(description="the event's data (JSON)")] = None,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Append an event to the room's log for every agent to read."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            seq = await r.events.post(type, data, command_id=command_id(principal, request_id))
+            return {"seq": seq} if seq else {"replayed": True}
+
+        return await self.run(ctx, room, "events:write", body)
+
+    async def read_document(
+        self, room: RoomArg, name: DocNameArg, ctx: Context[Any, Any]
+    ) -> CallToolResult:
+        """A document's value and version. Write it back with write_document and that
+        version."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            doc = await r.docs.get(name)
+            return {"value": Verbatim(doc.value), "version": doc.version}
+
+        return await self.run(ctx, room, "docs:read", body)
+
+    async def write_document(
+        self,
+        room: RoomArg,
+        name: DocNameArg,
+        value: Annotated[JsonValue, Field(description="the new value (JSON)")],
+        version: Annotated[
+            int,
+            Field(
+                ge=0,
+                description="the version you read (0 to create a new document); the write "
+                "fails with version_conflict if it changed since",
+            ),
+        ],
+        ctx: Context[Any, Any],
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Replace a document, only if it is still at the version you read (version 0:
+        only if it does not exist yet). Returns the new version."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            check_doc_name(name)
+            if not principal.may_write_doc(name):
+                role = principal.role
+                mine = f"only its own partition {role!r}" if role else "no partition"
+                raise Forbidden(f"you may write {mine}; {name!r} needs the 'admin' scope")
+            doc = await r.docs.put(
+                name,
+                value,
+                if_match=version or None,
+                create_only=version == 0,
+                command_id=command_id(principal, request_id),
+            )
+            return {"version": doc.version}
+
+        async def guarded(principal: Principal, r: Room) -> Body:
+            try:
+                return await body(principal, r)
+            except VersionConflict as exc:
+                current = exc.conflicts.get(room_keys.doc(name))
+                raise _Answered(document_conflict(name, version, current)) from exc
+
+        return await self.run(ctx, room, "docs:write", guarded)
+
+    async def acquire_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        ctx: Context[Any, Any],
+        ttl: Annotated[
+            float, Field(gt=0, le=86_400, description="seconds until it expires by itself")
+        ] = 30.0,
+        wait: Annotated[
+            float, Field(ge=0, le=3600, description="seconds to queue if it is held (capped)")
+        ] = 0.0,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Take a named lock (optionally queueing up to wait seconds). Returns its token
+        (for release_lock) and fence."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            lock = await self._acquire(principal, r, name, ttl, wait, request_id)
+            return {
+                "token": lock.token,
+                "fence": lock.fence,
+                "expires_at": _rounded(lock.expires_at),
+            }
+
+        return await self.run(ctx, room, "locks:write", body)
+
+    async def _acquire(
+        self,
+        principal: Principal,
+        r: Room,
+        name: str,
+        ttl: float,
+        wait: float,
+        request_id: str | None,
+    ) -> Lock:
+        locks = r.locks
+        if request_id is None:
+            if wait > 0:
+                timeout = min(wait, self.limits.max_lock_wait)
+                return await locks.wait_acquire(name, principal.agent, ttl=ttl, timeout=timeout)
+            return await locks.try_acquire(name, principal.agent, ttl=ttl)
+        # A request id names the grant: its token is derived from it, so a repeated call
+        # finds its own grant on the holder record instead of taking the lock twice. (A
+        # grant that had to queue gets a fresh token: only an immediate grant is replayed.)
+        seed = f"{r.name}\0{principal.agent}\0{name}\0{request_id}".encode()
+        token = hashlib.sha256(seed).hexdigest()[:32]
+        try:
+            return await locks.try_acquire(name, principal.agent, ttl=ttl, _token=token)
+        except LockHeld:
+            key = room_keys.lock(name)
+            snap = await r.scope.read([key])
+            held = snap.get(key)
+            if held is not None and held.value.get("token") == token:
+                value = held.value
+                expires = held.expires_at if held.expires_at is not None else snap.now
+                return Lock(
+                    r.name, name, value["owner"], token, value["fence"], expires, value["ttl"]
+                )
+            if wait <= 0:
+                raise
+        timeout = min(wait, self.limits.max_lock_wait)
+        return await locks.wait_acquire(name, principal.agent, ttl=ttl, timeout=timeout)
+
+    async def release_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        token: Annotated[
+            str, Field(min_length=1, max_length=128, description="the token acquire_lock gave")
+        ],
+        ctx: Context[Any, Any],
+    ) -> CallToolResult:
+        """Release a lock you hold (it passes to the next queued agent). released=false
+        when your grant had already expired or changed hands."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            key = room_keys.lock(name)
+            held = (await r.scope.read([key])).get(key)
+            if held is None or held.value.get("token") != token:
+                return {"released": False}
+            if held.value.get("owner") != principal.agent:
+                raise Forbidden(f"that grant of lock {name!r} belongs to another agent")
+            lock = Lock(r.name, name, principal.agent, token, held.value["fence"], 0.0, 0.0)
+            return {"released": await r.locks.release(lock)}
+
+        return await self.run(ctx, room, "locks:write", body)
+
+
+class _Answered(Exception):
+    """A failure already explained: its hint is the tool's answer."""
+
+    def __init__(self, hint: Hint) -> None:
+        self.hint = hint
+        super().__init__(hint.text)

@@ -1,0 +1,135 @@
+"""Helpers for the MCP tests: servers (a stdio subprocess, an in-process uvicorn on a
+free loopback port) and MCP clients of the official SDK, plus small result readers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import uvicorn
+from mcp import Client
+from mcp.client.session import MessageHandlerFnT
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent
+from starlette.types import ASGIApp
+
+from agentrooms.server import AuthConfig, HttpLimits
+from agentrooms.server.mcp import create_mcp_app
+from agentrooms.store import Store
+
+START_TIMEOUT = 20.0
+
+
+@asynccontextmanager
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a port the OS picks, bound before the
+    server starts); yields the base URL and stops the server after."""
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(START_TIMEOUT):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@asynccontextmanager
+async def http_server(
+    store: Store,
+    *,
+    auth: AuthConfig | None = None,
+    limits: HttpLimits | None = None,
+    json_response: bool = False,
+) -> AsyncIterator[str]:
+    """The standalone MCP app over ``store``, served; yields its endpoint URL."""
+    app = create_mcp_app(
+        store,
+        auth=auth or AuthConfig(),
+        limits=limits or HttpLimits(rate=None),
+        json_response=json_response,
+    )
+    async with serving(app) as base:
+        yield f"{base}/mcp"
+
+
+@asynccontextmanager
+async def http_client(
+    url: str, headers: Mapping[str, str] | None = None, *, mode: str = "auto"
+) -> AsyncIterator[Client]:
+    """An SDK client over streamable HTTP, sending ``headers`` (e.g. the bearer token)."""
+    timeout = httpx2.Timeout(30.0, read=60.0)
+    async with (
+        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def stdio_session(
+    store_url: str,
+    agent: str,
+    *rest: str,
+    mode: str = "auto",
+    message_handler: MessageHandlerFnT | None = None,
+) -> AsyncIterator[Client]:
+    """An SDK client over stdio to ``python -m agentrooms.server.mcp stdio`` (a
+    subprocess the client starts and stops)."""
+    args = ["-m", "agentrooms.server.mcp", "stdio", "--store", store_url, "--agent", agent]
+    params = StdioServerParameters(command=sys.executable, args=[*args, *rest])
+    async with Client(stdio_client(params), mode=mode, message_handler=message_handler) as client:
+        yield client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def text_of(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    """The body of a successful call (text and structured content agree)."""
+    assert not result.is_error, text_of(result)
+    body = json.loads(text_of(result))
+    assert body == result.structured_content
+    assert isinstance(body, dict)
+    return body
+
+
+def err(result: CallToolResult, kind: str) -> dict[str, Any]:
+    """The error of a failed call, checking its text starts with ``kind`` and the
+    structured envelope names the same type."""
+    assert result.is_error, text_of(result)
+    assert text_of(result).startswith(f"{kind}: "), text_of(result)
+    assert result.structured_content is not None
+    error: dict[str, Any] = result.structured_content["error"]
+    assert error["type"] == kind
+    assert text_of(result) == f"{kind}: {error['message']}"
+    return error
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> CallToolResult:
+    return await client.call_tool(tool, arguments)
