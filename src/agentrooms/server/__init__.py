@@ -65,13 +65,15 @@ def serve(
     *,
     store_limits: Limits | None = None,
     log_level: str = "info",
+    mcp: bool = True,
 ) -> None:
     """Open the store at ``store_url`` and serve the API on ``host:port`` with uvicorn
-    until interrupted; the store is closed on the way out."""
+    (and, with ``mcp``, the MCP server's streamable HTTP at ``/mcp``) until interrupted;
+    the store is closed on the way out."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
     asyncio.run(
-        _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, log_level)
+        _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, log_level, mcp)
     )
 
 
@@ -83,12 +85,17 @@ async def _serve(
     limits: HttpLimits,
     store_limits: Limits | None,
     log_level: str,
+    mcp: bool,
 ) -> None:
     import uvicorn
+
+    from agentrooms.server.mcp.http import McpHttp, mount_mcp
 
     store = await open_store(store_url, limits=store_limits)
     try:
         app = create_app(store, auth=auth, limits=limits)
+        if mcp:
+            mount_mcp(app, McpHttp(store, auth=auth, limits=limits, host=host.strip("[]")), "/mcp")
         config = uvicorn.Config(
             app, host=host.strip("[]"), port=port, log_level=log_level, proxy_headers=False
         )

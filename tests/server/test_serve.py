@@ -1,0 +1,64 @@
+"""The real server process: `agentrooms serve --dev` answers HTTP and MCP on one port."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serve_answers_http_and_mcp(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrooms", "serve", "--dev", "--port", str(port), "--url", url],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+            time.sleep(0.2)
+        me = {"X-Agent": "me"}
+        created = httpx.post(f"{base}/v1/rooms", json={"name": "r1"}, headers=me)
+        assert created.status_code == 201
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+        answer = httpx.post(
+            f"{base}/mcp",
+            json=init,
+            headers={**me, "Accept": "application/json, text/event-stream"},
+        )
+        assert answer.status_code == 200 and '"tools"' in answer.text
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}" in out
