@@ -33,6 +33,7 @@ from agentrooms.retry import (
     NoBackoff,
     RetryPolicy,
 )
+from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
 from agentrooms.store import (
     Absent,
     Append,
@@ -77,8 +78,10 @@ __all__ = [
     "IdempotencyMismatch",
     "Intent",
     "InvalidTransition",
+    "Lease",
     "LeaseHeld",
     "Limits",
+    "Lock",
     "LockHeld",
     "Metrics",
     "NoBackoff",
@@ -90,6 +93,8 @@ __all__ = [
     "Record",
     "RequestError",
     "RetryPolicy",
+    "Room",
+    "Rooms",
     "ScanPage",
     "SetAdd",
     "SetRemove",
@@ -98,6 +103,7 @@ __all__ = [
     "Store",
     "StoreInfo",
     "StoreUnavailable",
+    "TaskSpec",
     "TransactResult",
     "Unauthorized",
     "VersionConflict",
