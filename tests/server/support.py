@@ -72,7 +72,7 @@ async def _log(store: Store, room: str) -> list[Any]:
     return out
 
 
-async def digest(store: Store, rooms: Iterable[str] = (), *, registered: bool = True) -> str:
+async def digest(store: Store, rooms: Iterable[str] = (), *, registered: bool = False) -> str:
     """SHA-256 over every record, the log, the last sequence number and the plan's sets
     of the registry, the token room, ``rooms`` and (with ``registered``) every registered
     room. On a store shared with other tests (Redis, PostgreSQL) pass ``registered=False``

@@ -18,13 +18,13 @@ async def _setup(store: Store, c: httpx.AsyncClient, room: str) -> dict[str, str
 async def test_writes_need_a_precondition(store: Store, room: str) -> None:
     async with client(make_app(store)) as c:
         auth = await _setup(store, c, room)
-        before = await digest(store)
+        before = await digest(store, [room])
         missing = await c.put(f"/v1/rooms/{room}/docs/writer/plan", json={"value": 1}, headers=auth)
         assert missing.status_code == 428
         assert error_of(missing)["type"] == "precondition_required"
         gone = await c.delete(f"/v1/rooms/{room}/docs/writer/plan", headers=auth)
         assert gone.status_code == 428
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
 
 
 async def test_create_only_and_etags(store: Store, room: str) -> None:
@@ -40,12 +40,12 @@ async def test_create_only_and_etags(store: Store, room: str) -> None:
         assert read.json() == {"name": "writer/plan", "value": {"v": 1}, "version": version}
         cached = await c.get(url, headers={**auth, "If-None-Match": f'"{version}"'})
         assert cached.status_code == 304 and cached.headers["ETag"] == f'"{version}"'
-        before = await digest(store)
+        before = await digest(store, [room])
         again = await c.put(url, json={"value": {"v": 9}}, headers={**auth, "If-None-Match": "*"})
         assert again.status_code == 412
         assert again.headers["ETag"] == f'"{version}"'
         assert error_of(again)["details"]["current"] == read.json()
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
 
 
 async def test_stale_if_match_gets_412_with_the_current_representation(
@@ -60,7 +60,7 @@ async def test_stale_if_match_gets_412_with_the_current_representation(
         assert second.status_code == 200
         v2 = second.headers["ETag"]
         assert v2 != v1 and second.json()["value"] == "b"
-        before = await digest(store)
+        before = await digest(store, [room])
         stale = await c.put(url, json={"value": "c"}, headers={**auth, "If-Match": v1})
         assert stale.status_code == 412
         error = error_of(stale)
@@ -75,7 +75,7 @@ async def test_stale_if_match_gets_412_with_the_current_representation(
         assert weak.status_code == 412  # If-Match compares strongly
         stale_delete = await c.delete(url, headers={**auth, "If-Match": v1})
         assert stale_delete.status_code == 412 and stale_delete.headers["ETag"] == v2
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         listed = await c.put(url, json={"value": "d"}, headers={**auth, "If-Match": f'"1", {v2}'})
         assert listed.status_code == 200
         star = await c.put(url, json={"value": "e"}, headers={**auth, "If-Match": "*"})
@@ -89,13 +89,13 @@ async def test_if_match_on_an_absent_document_and_bad_headers(store: Store, room
     async with client(make_app(store)) as c:
         auth = await _setup(store, c, room)
         url = f"/v1/rooms/{room}/docs/writer/none"
-        before = await digest(store)
+        before = await digest(store, [room])
         star = await c.put(url, json={"value": 1}, headers={**auth, "If-Match": "*"})
         assert star.status_code == 412 and "ETag" not in star.headers
         assert error_of(star)["details"]["current"] is None
         bad = await c.put(url, json={"value": 1}, headers={**auth, "If-Match": "seven"})
         assert bad.status_code == 400 and error_of(bad)["type"] == "bad_request"
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
 
 
 async def test_tasks_carry_an_etag(store: Store, room: str) -> None:

@@ -23,14 +23,14 @@ async def test_replay_and_mismatch(store: Store, room: str) -> None:
         keyed = {**alice, "Idempotency-Key": "add-1"}
         first = await c.post(url, json=body, headers=keyed)
         assert first.status_code == 201 and first.json() == {"ready": ["t1"]}
-        before = await digest(store)
+        before = await digest(store, [room])
         again = await c.post(url, json=body, headers=keyed)
         assert again.status_code == 201 and again.json() == first.json()
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         other = await c.post(url, json={"tasks": [{"id": "t3"}]}, headers=keyed)
         assert other.status_code == 422
         assert error_of(other)["type"] == "idempotency_mismatch"
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         bob = bearer(await token(store, "bob", [room], ["admin"]))
         scoped = await c.post(
             url, json={"tasks": [{"id": "t3"}]}, headers={**bob, "Idempotency-Key": "add-1"}
@@ -45,24 +45,24 @@ async def test_lease_commands_replay(store: Store, room: str) -> None:
         claim = {**alice, "Idempotency-Key": "claim-1"}
         lease = (await c.post(f"/v1/rooms/{room}/tasks/claim-next", json={}, headers=claim)).json()
         assert lease["lease"]["task_id"] == "t1"
-        before = await digest(store)
+        before = await digest(store, [room])
         replay = await c.post(f"/v1/rooms/{room}/tasks/claim-next", json={}, headers=claim)
         assert replay.json() == lease
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         done_key = {**alice, "Idempotency-Key": "done-1"}
         body = {**lease["lease"], "result": {"ok": True}}
         done = await c.post(f"/v1/rooms/{room}/tasks/t1/complete", json=body, headers=done_key)
         assert done.status_code == 200 and done.json()["status"] == "done"
-        before = await digest(store)
+        before = await digest(store, [room])
         again = await c.post(f"/v1/rooms/{room}/tasks/t1/complete", json=body, headers=done_key)
         assert again.status_code == 200 and again.json()["status"] == "done"
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         changed = {**body, "result": {"ok": False}}
         mismatch = await c.post(
             f"/v1/rooms/{room}/tasks/t1/complete", json=changed, headers=done_key
         )
         assert mismatch.status_code == 422
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
 
 
 async def test_document_and_event_replay(store: Store, room: str) -> None:
@@ -74,35 +74,35 @@ async def test_document_and_event_replay(store: Store, room: str) -> None:
         keyed = {**alice, "If-Match": etag, "Idempotency-Key": "doc-1"}
         first = await c.put(url, json={"value": 2}, headers=keyed)
         assert first.status_code == 200
-        before = await digest(store)
+        before = await digest(store, [room])
         replay = await c.put(url, json={"value": 2}, headers=keyed)
         assert replay.status_code == 200  # replayed, although If-Match is now stale
         assert replay.json() == first.json()
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
         posted = await c.post(
             f"/v1/rooms/{room}/events",
             json={"type": "note", "data": {"n": 1}},
             headers={**alice, "Idempotency-Key": "ev-1"},
         )
         assert posted.status_code == 201 and posted.json()["replayed"] is False
-        before = await digest(store)
+        before = await digest(store, [room])
         again = await c.post(
             f"/v1/rooms/{room}/events",
             json={"type": "note", "data": {"n": 1}},
             headers={**alice, "Idempotency-Key": "ev-1"},
         )
         assert again.status_code == 201 and again.json() == {"seq": None, "replayed": True}
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
 
 
 async def test_a_malformed_key_is_refused(store: Store, room: str) -> None:
     async with client(make_app(store)) as c:
         alice = await _room(store, c, room)
-        before = await digest(store)
+        before = await digest(store, [room])
         bad = await c.post(
             f"/v1/rooms/{room}/tasks",
             json={"tasks": [{"id": "t1"}]},
             headers={**alice, "Idempotency-Key": "x" * 65},
         )
         assert bad.status_code == 400 and error_of(bad)["type"] == "bad_request"
-        assert await digest(store) == before
+        assert await digest(store, [room]) == before
