@@ -113,6 +113,21 @@ def serve(
 
 
 @app.command()
+def mcp(
+    agent: Annotated[str, typer.Option("--agent", help="The agent every call acts as")],
+    url: UrlOption = DEFAULT_URL,
+    rooms: Annotated[
+        str | None, typer.Option(help="Comma-separated rooms the agent may enter (default all)")
+    ] = None,
+) -> None:
+    """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime)."""
+    from agentrooms.server.mcp.stdio import run_stdio
+
+    _prepare(url)
+    run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+
+
+@app.command()
 def doctor(url: UrlOption = DEFAULT_URL) -> None:
     """Check the store connection and its durability settings, and say what is unsafe."""
 

@@ -106,3 +106,29 @@ def test_bad_url_and_demo(url: str) -> None:
 def test_serve_refuses_dev_mode_off_loopback() -> None:
     code, out = invoke("serve", "--dev", "--host", "0.0.0.0")
     assert code == 2 and "refusing" in out
+
+
+def test_mcp_over_stdio_from_the_cli(url: str, tmp_path: Path) -> None:
+    """`agentrooms mcp --agent A` speaks MCP on stdio (the SDK's own client drives it)."""
+    import sys
+
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    invoke("rooms", "create", "contract", "--url", url)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentrooms", "mcp", "--agent", "agent-a", "--url", url],
+        cwd=str(tmp_path),
+    )
+
+    async def session() -> str:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            tools = {t.name for t in (await s.list_tools()).tools}
+            assert {"join_room", "claim_task", "read_new_events"} <= tools
+            joined = await s.call_tool("join_room", {"room": "contract"})
+            assert not joined.is_error
+            return str(joined.content[0].text)  # type: ignore[union-attr]
+
+    assert "agent-a" in asyncio.run(session())
