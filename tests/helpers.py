@@ -34,9 +34,11 @@ class Interposed(Store):
         self.inner = inner
         self.before, self.after = before, after
         self.calls = 0
+        self.reads = 0
         self.sent: list[list[Compare]] = []
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        self.reads += 1
         return await self.inner._read(room, keys)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:

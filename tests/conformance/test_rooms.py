@@ -26,6 +26,7 @@ from agentrooms.errors import (
 from agentrooms.rooms import Room, Rooms, TaskSpec
 from agentrooms.store import Put, Store
 from tests.conftest import Backend
+from tests.helpers import Interposed
 
 
 @pytest.fixture
@@ -624,6 +625,38 @@ async def test_a_dead_waiter_drops_out_of_the_queue(
     assert await room.locks.release(a)
     lock = await asyncio.wait_for(alive, 10)
     assert lock.owner == "alive"
+
+
+async def test_a_handoff_wakes_only_the_waiter_it_names(store: Store) -> None:
+    """Twelve agents queued in one process: each handoff costs the waiter it names one
+    read, instead of every queued waiter re-reading the lock (a thundering herd of
+    reads, n(n+1)/2 = 78 of them for the chain below)."""
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"herd-{uuid.uuid4().hex[:8]}")
+    first = await room.locks.try_acquire("plan", "first", ttl=30)
+    n, order = 12, []
+
+    async def waiter(i: int) -> None:
+        lock = await room.locks.wait_acquire("plan", f"w{i}", ttl=30, timeout=60)
+        order.append(i)
+        held = await room.locks.holder("plan")  # what the waiter was told is what holds
+        assert held is not None and (held.owner, held.fence) == (lock.owner, lock.fence)
+        assert held.expires_at == pytest.approx(lock.expires_at, abs=1e-3)
+        assert await room.locks.release(lock)
+
+    tasks = []
+    for i in range(n):
+        tasks.append(asyncio.create_task(waiter(i)))
+        while len((await store.scan(room.name, "lockq/")).records) <= i:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # in line before the next one comes
+    await asyncio.sleep(0.2)  # every waiter asleep on the lock
+    before = counting.reads
+    assert await room.locks.release(first)
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    assert order == list(range(n))  # first come, first served
+    # per handoff: the releaser's commit reads once, the named waiter not at all (the
+    # handoff event says enough), and this test's check once
+    assert counting.reads - before <= 3 * (n + 1)
 
 
 # ------------------------------------------------------------------------- documents

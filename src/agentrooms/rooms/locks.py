@@ -12,10 +12,14 @@ Two ways to wait for a held lock:
   raises ``LockHeld``. Simple, but under contention the lock sits idle while every
   waiter sleeps, and an unlucky waiter can starve.
 * ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<token>`` and waits on
-  the room's log (``Store.watch``); ``release`` hands the lock straight to the longest
-  waiting live agent in the same atomic write (FIFO, no idle gap, no thundering herd of
-  writers). A waiter that dies stops refreshing its entry and drops out; a holder that
-  dies lets its lock expire, and the waiters take it then.
+  the room's log; ``release`` hands the lock straight to the longest waiting live agent
+  in the same atomic write (FIFO, no idle gap, no thundering herd of writers), and says
+  so in its ``lock.handoff`` event, naming the waiter's place in line (its ticket). The
+  waiters of one process share one reader of the log (:mod:`.follow`), and only the
+  waiter named by the handoff, or every waiter of a ``lock.released``, wakes up: a
+  handoff costs one read, not one per waiter. A waiter that dies stops refreshing its
+  entry and drops out; a holder that dies lets its lock expire, and the waiters take it
+  then.
 """
 
 from __future__ import annotations
@@ -24,15 +28,17 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence
 from agentrooms.rooms import keys
+from agentrooms.rooms.follow import follow
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import Append, Delete, FenceAtMost, Put, Write
+from agentrooms.store.base import Append, Delete, Event, FenceAtMost, Put, Write
 
 DEFAULT_TTL = 30.0
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
@@ -51,6 +57,13 @@ class Lock:
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
         return FenceAtMost(keys.lock_fence(self.name), self.fence)
+
+
+@dataclass(frozen=True, slots=True)
+class _InLine:
+    """A queued waiter's place: its ticket (the version its entry was created with)."""
+
+    ticket: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,24 +111,37 @@ class Locks:
         """Take the lock now or raise ``LockHeld`` naming the holder."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
-        ttl = _check_ttl(ttl)
         token = _token or uuid.uuid4().hex
+        taken = await self._take(name, owner, _check_ttl(ttl), token, None)
+        assert isinstance(taken, Lock)
+        return taken
+
+    async def _take(
+        self, name: str, owner: str, ttl: float, token: str, join: dict[str, Any] | None
+    ) -> Lock | _InLine:
+        """Take the lock if it is free; if it is held, raise ``LockHeld``, or with a
+        queue entry ``join``, get in line in the same write (so no release can pass
+        between finding the lock held and joining)."""
         queued = keys.lock_waiter(name, token)
 
         def take(view: View, _: None) -> Change:
-            held = view.get(keys.lock(name))
-            if held is not None:
-                raise LockHeld(name, held["owner"])
-            writes, fence = _grant(view, name, owner, token, ttl)
-            if view.exists(queued):
-                writes.append(Delete(queued))
-            return Change(writes=writes, result={"fence": fence, "expires_at": view.now + ttl})
+            held = view.record(keys.lock(name))
+            if held is None:
+                writes, fence = _grant(view, name, owner, token, ttl)
+                if view.exists(queued):
+                    writes.append(Delete(queued))
+                return Change(writes=writes, result={"fence": fence, "expires_at": view.now + ttl})
+            if join is None:
+                raise LockHeld(name, held.value["owner"])
+            return Change(writes=[Put(queued, join, ttl=WAITER_TTL)], result={"queued": True})
 
-        result = await self._scope.commit(
+        done = await self._scope.commit(
             take, None, [keys.lock(name), keys.lock_fence(name), queued]
         )
-        holder = {"owner": owner, "token": token, "fence": result.result["fence"], "ttl": ttl}
-        return self._lock(name, holder, result.result["expires_at"])
+        if "fence" in done.result:
+            holder = {"owner": owner, "token": token, "fence": done.result["fence"], "ttl": ttl}
+            return self._lock(name, holder, done.result["expires_at"])
+        return _InLine(done.versions[queued])
 
     async def acquire(
         self,
@@ -149,34 +175,54 @@ class Locks:
         ttl = _check_ttl(ttl)
         timeout = _check_ttl(timeout, "a wait timeout")
         token = uuid.uuid4().hex
-        with contextlib.suppress(LockHeld):
-            return await self.try_acquire(name, owner, ttl=ttl, _token=token)
-        store, room = self._scope.store, self._scope.room
         entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl}
         queued = keys.lock_waiter(name, token)
-        seen = await store.last_seq(room)
-        joined = await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
-        entry["ticket"] = joined.versions[queued]  # place in line, kept across refreshes
+        taken = await self._take(name, owner, ttl, token, entry)
+        if isinstance(taken, Lock):
+            return taken
+        entry["ticket"] = taken.ticket  # place in line, kept across refreshes
         deadline = time.monotonic() + timeout
         refresh_at = time.monotonic() + WAITER_TTL / 3
-        while True:
-            snap = await self._scope.read([keys.lock(name)])
-            held = snap.get(keys.lock(name))
-            if held is not None and held.value["token"] == token:
-                return self._lock(name, held.value, held.expires_at or snap.now + ttl)
-            if held is None:
-                with contextlib.suppress(LockHeld):
-                    return await self.try_acquire(name, owner, ttl=ttl, _token=token)
-            now = time.monotonic()
-            if now >= deadline:
-                return await self._give_up(name, owner, token, queued)
-            if now >= refresh_at:
-                await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
-                refresh_at = now + WAITER_TTL / 3
-            wait = min(deadline, refresh_at) - now
-            if held is not None and held.expires_at is not None:
-                wait = min(wait, max(0.0, held.expires_at - snap.now) + 0.01)
-            seen = await store.watch(room, seen, wait)
+
+        def concerns_me(event: Event) -> bool:
+            data = event.data
+            if not isinstance(data, dict) or data.get("lock") != name:
+                return False
+            if event.type == "lock.released":
+                return True
+            return event.type == "lock.handoff" and data.get("ticket") == taken.ticket
+
+        async with follow(self._scope.store, self._scope.room, concerns_me) as woken:
+            # Subscribed only now: a release since we joined is caught by reading the
+            # lock once more (every later one wakes us); then only events for this lock
+            # and this waiter do.
+            while True:
+                snap = await self._scope.read([keys.lock(name)])
+                held = snap.get(keys.lock(name))
+                if held is not None and held.value["token"] == token:
+                    return self._lock(name, held.value, held.expires_at or snap.now + ttl)
+                if held is None:
+                    with contextlib.suppress(LockHeld):
+                        lock = await self._take(name, owner, ttl, token, None)
+                        assert isinstance(lock, Lock)
+                        return lock
+                    continue
+                now = time.monotonic()
+                if now >= deadline:
+                    return await self._give_up(name, owner, token, queued)
+                if now >= refresh_at:
+                    await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
+                    refresh_at = now + WAITER_TTL / 3
+                wait = min(deadline, refresh_at) - now
+                if held.expires_at is not None:  # a dead holder's lock expires silently
+                    wait = min(wait, max(0.0, held.expires_at - snap.now) + 0.01)
+                if await woken.wait(wait):
+                    for event in woken.take()[0]:
+                        if event.type == "lock.handoff" and event.data["ticket"] == taken.ticket:
+                            # ours: granted in the write that appended this event, at its
+                            # time by the store's clock (no need to read the lock back)
+                            holder = {**entry, "fence": event.data["fence"]}
+                            return self._lock(name, holder, event.time + ttl)
 
     async def _give_up(self, name: str, owner: str, token: str, queued: str) -> Lock:
         await self._scope.transact(writes=[Delete(queued)])
@@ -191,15 +237,24 @@ class Locks:
         """Release if ``lock`` is still the current grant, handing it to the longest
         waiting queued agent; ``False`` if it had expired or changed hands (the new
         holder's lock is left untouched)."""
-        waiters = await self._waiters(lock.name)
-        read = [keys.lock(lock.name), keys.lock_fence(lock.name), *waiters]
-        result = await self._scope.commit(lambda view, _: _release(view, lock, waiters), None, read)
-        released: bool = result.result
-        return released
+        while True:
+            head = await self._head(lock.name)
+            read = [keys.lock(lock.name), keys.lock_fence(lock.name), *([head] if head else [])]
+            result = await self._scope.commit(partial(_release, lock=lock), head, read)
+            if result.result is not None:
+                released: bool = result.result
+                return released
+            # the head of the line left between the scan and the write: look again
 
-    async def _waiters(self, name: str) -> list[str]:
+    async def _head(self, name: str) -> str | None:
+        """The queue entry of the longest waiting live agent (lowest ticket), if any.
+
+        Only this entry is read into the release's write, so other waiters refreshing
+        their entries or joining meanwhile do not make it conflict; a waiter that joins
+        after the scan has a later ticket anyway."""
         page = await self._scope.store.scan(self._scope.room, keys.lock_queue(name), None, 1000)
-        return [r.key for r in page.records]
+        line = [(r.value.get("ticket", r.version), r.key) for r in page.records]
+        return min(line)[1] if line else None
 
     async def extend(self, lock: Lock, ttl: float | None = None) -> Lock:
         """Extend a lock still held by this grant (its token is on the holder record);
@@ -250,24 +305,30 @@ class Locks:
             await self.release(lock)
 
 
-def _release(view: View, lock: Lock, waiters: Sequence[str]) -> Change:
+def _release(view: View, head: str | None, *, lock: Lock) -> Change:
+    """Release ``lock``, handing it to the waiter whose entry is ``head``; result
+    ``False`` if ``lock`` no longer holds, ``None`` if ``head`` has left the line."""
     held = view.get(keys.lock(lock.name))
     if held is None or held["token"] != lock.token:
         return Change(result=False)
-    queue = []
-    for key in waiters:
-        record = view.record(key)
-        if record is not None:
-            queue.append((record.value.get("ticket", record.version), key, record.value))
-    if not queue:
+    if head is None:
         return Change(
             writes=[Delete(keys.lock(lock.name))],
             appends=[Append("lock.released", {"lock": lock.name, "owner": lock.owner})],
             result=True,
         )
-    _, key, nxt = min(queue)
+    record = view.record(head)
+    if record is None:
+        return Change(result=None)
+    nxt = record.value
     writes, fence = _grant(view, lock.name, nxt["owner"], nxt["token"], nxt["ttl"])
-    data = {"lock": lock.name, "from": lock.owner, "to": nxt["owner"], "fence": fence}
+    data = {
+        "lock": lock.name,
+        "from": lock.owner,
+        "to": nxt["owner"],
+        "fence": fence,
+        "ticket": nxt.get("ticket", record.version),
+    }
     return Change(
-        writes=[*writes, Delete(key)], appends=[Append("lock.handoff", data)], result=True
+        writes=[*writes, Delete(head)], appends=[Append("lock.handoff", data)], result=True
     )

@@ -1,0 +1,169 @@
+"""One reader of a room's log per process, shared by every local waiter.
+
+A waiter that sleeps on ``Store.watch`` is woken by *every* append to the room, and then
+has to read something to learn whether the append concerned it. With many waiters in one
+process (48 agents queued on one lock) each append costs one store read per waiter, and
+the store spends its time answering questions whose answer is "not yet".
+
+A :class:`Follower` instead reads the room's log once per batch of new events, for all
+the waiters of this process, and hands each waiter only the events its ``match`` accepts:
+one ``watch`` and one ``read_log`` per batch, whatever the number of waiters.
+
+Guarantee: a subscription sees every matching event appended after :func:`follow`
+returned it (the follower's position was read before the subscription existed, and it
+only ever moves forward over events it has dispatched). Events from a little earlier may
+be delivered too; ``match`` should be cheap and the waiter tolerant of them.
+
+When the follower cannot tell what it missed (the log was trimmed past its position, or
+the store failed), every subscription is told to *resync*: re-read the state it waits on
+instead of relying on events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from agentrooms.errors import CursorCompacted
+from agentrooms.store.base import Event, Store
+
+IDLE_WATCH = 5.0  # seconds one watch() waits before the follower looks again
+PAGE = 1000  # events per read_log while catching up
+FAILURE_PAUSE = 0.1  # seconds between tries after the store failed
+
+
+@dataclass(eq=False)
+class Subscription:
+    """What one waiter has been handed: matching events, or a request to resync."""
+
+    match: Callable[[Event], bool]
+    events: list[Event] = field(default_factory=list)
+    resync: bool = False
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _deliver(self, event: Event) -> None:
+        if self.match(event):
+            self.events.append(event)
+            self._ready.set()
+
+    def _ask_resync(self) -> None:
+        self.resync = True
+        self._ready.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for an event or a resync; ``True`` if either
+        came (read and clear them with :meth:`take`)."""
+        if not self._ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), max(0.0, timeout))
+        return self._ready.is_set()
+
+    def take(self) -> tuple[list[Event], bool]:
+        """The events delivered since the last ``take``, and whether to resync."""
+        events, resync = self.events, self.resync
+        self.events, self.resync = [], False
+        self._ready.clear()
+        return events, resync
+
+
+class Follower:
+    """The process's reader of one room's log; runs while it has subscriptions."""
+
+    def __init__(self, store: Store, room: str) -> None:
+        self.store = store
+        self.room = room
+        self.subscriptions: set[Subscription] = set()
+        self._position: int | None = None
+        self._started: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def subscribe(self, match: Callable[[Event], bool]) -> Subscription:
+        subscription = Subscription(match)
+        self.subscriptions.add(subscription)
+        try:
+            if self._task is None or self._task.done():
+                self._started = asyncio.get_running_loop().create_future()
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            assert self._started is not None
+            await asyncio.shield(self._started)
+        except BaseException:
+            self.unsubscribe(subscription)
+            raise
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.subscriptions.discard(subscription)
+        if not self.subscriptions and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        started = self._started
+        assert started is not None
+        try:
+            self._position = await self.store.last_seq(self.room)
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+                started.exception()  # retrieved here; the subscriber re-raises it
+            raise
+        started.set_result(None)
+        while self.subscriptions:
+            try:
+                if self._position is None:  # lost track: start again from the newest
+                    self._position = await self.store.last_seq(self.room)
+                    self._resync_all()
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except CursorCompacted:
+                self._position = None
+            except Exception:
+                # The store failed: waiters fall back to reading their state themselves,
+                # and the follower tries again after a pause.
+                self._resync_all()
+                await asyncio.sleep(FAILURE_PAUSE)
+
+    async def _step(self) -> None:
+        assert self._position is not None
+        newest = await self.store.watch(self.room, self._position, IDLE_WATCH)
+        while newest > self._position:
+            events = await self.store.read_log(self.room, self._position, PAGE)
+            if not events:
+                break
+            self._position = events[-1].seq
+            for event in events:
+                for subscription in list(self.subscriptions):
+                    subscription._deliver(event)
+
+    def _resync_all(self) -> None:
+        for subscription in list(self.subscriptions):
+            subscription._ask_resync()
+
+
+_followers: weakref.WeakKeyDictionary[
+    Store, dict[tuple[str, asyncio.AbstractEventLoop], Follower]
+] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def follow(
+    store: Store, room: str, match: Callable[[Event], bool]
+) -> AsyncIterator[Subscription]:
+    """Subscribe to the room's events that ``match`` accepts, through the one follower
+    of (``store``, ``room``) in this event loop."""
+    key = (room, asyncio.get_running_loop())
+    followers = _followers.setdefault(store, {})
+    follower = followers.get(key)
+    if follower is None:
+        follower = followers[key] = Follower(store, room)
+    subscription = await follower.subscribe(match)
+    try:
+        yield subscription
+    finally:
+        follower.unsubscribe(subscription)
+        if not follower.subscriptions and followers.get(key) is follower:
+            del followers[key]
