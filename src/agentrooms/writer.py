@@ -70,6 +70,7 @@ from agentrooms.errors import (
 )
 from agentrooms.metrics import Metrics, default_metrics
 from agentrooms.rooms import keys as room_keys
+from agentrooms.rooms.follow import follow
 from agentrooms.rooms.locks import Lock, Locks
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
@@ -379,19 +380,32 @@ class IntentQueue:
         return _outcome(intent_id, item)
 
     async def wait(self, intent_id: str, timeout: float = 30.0) -> IntentOutcome:
-        """The intent's outcome once it is settled, woken by the room's log (``watch``);
+        """The intent's outcome once it is settled, woken by the ``wq.<outcome>`` event
+        that settles it (through the process's one follower of the room's log, so many
+        submitters waiting cost one log read per batch of events, not one read each);
         ``TimeoutError`` if it is still queued after ``timeout`` seconds."""
-        store, room = self.scope.store, self.scope.room
+        settling = {f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD)}
+
+        def settles(event: Event) -> bool:
+            data = event.data
+            return (
+                event.type in settling
+                and isinstance(data, dict)
+                and data.get("queue") == self.keys.name
+                and data.get("id") == intent_id
+            )
+
         deadline = time.monotonic() + timeout
-        while True:
-            seen = await store.last_seq(room)
-            outcome = await self.outcome(intent_id)
-            remaining = deadline - time.monotonic()
-            if outcome.settled:
-                return outcome
-            if remaining <= 0:
-                raise TimeoutError(f"intent {intent_id!r} still queued after {timeout}s")
-            await store.watch(room, seen, min(remaining, 3600.0))
+        async with follow(self.scope.store, self.scope.room, settles) as woken:
+            while True:  # subscribed first: a settlement before it shows in the read
+                outcome = await self.outcome(intent_id)
+                remaining = deadline - time.monotonic()
+                if outcome.settled:
+                    return outcome
+                if remaining <= 0:
+                    raise TimeoutError(f"intent {intent_id!r} still queued after {timeout}s")
+                if await woken.wait(min(remaining, 3600.0)):
+                    woken.take()
 
     async def position(self) -> int:
         """The seq of the last submission the writer consumed: trim the log only below it."""

@@ -24,6 +24,7 @@ from agentrooms.store import Append, Put, SetAdd, Store
 from agentrooms.writer import IntentQueue, Writer, WriterMetrics
 from tests.conformance import writer_workers as ww
 from tests.conftest import Backend
+from tests.helpers import Interposed
 
 
 @pytest.fixture
@@ -73,6 +74,26 @@ async def test_intents_apply_in_submission_order(store: Store, room: Room) -> No
     assert all(o.seq is not None for o in outcomes)
     assert await queue.depth() == 0 and await queue.position() == max(o.seq or 0 for o in outcomes)
     assert (await store.read(room.name, ["by/0"])).value("by/0") == 11
+
+
+async def test_a_settlement_wakes_only_the_submitter_waiting_for_it(
+    store: Store, room: Room
+) -> None:
+    """Sixteen submitters of one process wait at once: each reads its outcome when
+    it starts waiting and when the event settling its intent arrives, not after every
+    settlement (a herd: 16 + 15 + ... + 1 = 136 reads)."""
+    counting = Interposed(store)
+    queue = IntentQueue(Rooms(counting).room(room.name))
+    ids = [await queue.submit(Intent([], [Put(f"by/{i}", i)], [])) for i in range(16)]
+    waiting = [asyncio.create_task(queue.wait(i, timeout=30)) for i in ids]
+    await asyncio.sleep(0.2)  # every submitter has read its (queued) outcome
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+    outcomes = await asyncio.wait_for(asyncio.gather(*waiting), 30)
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert [o.status for o in outcomes] == ["applied"] * 16
+    assert counting.reads <= 3 * 16
 
 
 async def test_a_failed_predicate_is_a_recorded_outcome(store: Store, room: Room) -> None:
