@@ -8,8 +8,15 @@ Reported per backend, policy and writer count: goodput (commits/s), conflict rat
 (conflicts per write attempt), p50/p99 commit latency, write attempts per commit,
 transitions per commit and store calls per commit (reads + conditional writes).
 
+Writers share a store handle eight to one, as agents hosted eight to a process would.
+The library's policies take *local turns* on a key once it has conflicted (writers of
+one process queue for it in the process and meet other processes in the store as one
+writer); the ``-noturns`` variants switch that off, so every writer contends with every
+other in the store, as separate processes each holding one writer would. ``none`` is
+the naive loop: no backoff, no turns.
+
     python3 dev.py bench commit [--writers 1,2,4,8,16,32,64] [--duration 2]
-        [--backends sqlite,redis,postgres] [--policies none,exponential,full,decorrelated]
+        [--backends sqlite,redis,postgres] [--policies none,exponential,full,...]
         [--plot BENCHMARKS-commit.png]
 """
 
@@ -32,12 +39,22 @@ from agentrooms.retry import Backoff, Decorrelated, Exponential, FullJitter, NoB
 from agentrooms.store import Put, Store, open_store
 
 BASE, CAP = 0.002, 0.25
-POLICIES: dict[str, Callable[[], Backoff]] = {
+BACKOFFS: dict[str, Callable[[], Backoff]] = {
     "none": NoBackoff,
     "exponential": lambda: Exponential(BASE, CAP),
     "full": lambda: FullJitter(BASE, CAP),
     "decorrelated": lambda: Decorrelated(BASE, CAP),
 }
+
+
+def retry_policy(name: str, budget: float) -> RetryPolicy:
+    """``full`` = full jitter with local turns (the library default); ``full-noturns``
+    without them; ``none`` = immediate retry without turns (the naive loop)."""
+    backoff = name.removesuffix("-noturns")
+    turns = not name.endswith("-noturns") and backoff != "none"
+    return RetryPolicy(
+        max_attempts=10_000, budget=budget, backoff=BACKOFFS[backoff](), local_turns=turns
+    )
 
 
 @dataclass
@@ -74,7 +91,7 @@ def increment(view: View, _: None) -> Change:
 
 async def run_cell(stores: list[Store], cell: Cell, duration: float) -> None:
     room = unique("commitbench")
-    policy = RetryPolicy(max_attempts=10_000, budget=30.0, backoff=POLICIES[cell.policy]())
+    policy = retry_policy(cell.policy, 30.0)
     stop = time.perf_counter() + duration
 
     async def writer(store: Store) -> None:
@@ -112,7 +129,7 @@ class Burst:
 
 
 async def run_burst(stores: list[Store], burst: Burst, rounds: int) -> None:
-    policy = RetryPolicy(max_attempts=10_000, budget=60.0, backoff=POLICIES[burst.policy]())
+    policy = retry_policy(burst.policy, 60.0)
     for _ in range(rounds):
         room = unique("burst")
         barrier = asyncio.Barrier(burst.writers)
@@ -193,13 +210,15 @@ def burst_table(bursts: list[Burst]) -> str:
     out = "\n".join(lines)
     for backend in dict.fromkeys(b.backend for b in bursts):
         by = {b.policy: b for b in bursts if b.backend == backend}
-        if "exponential" in by and "full" in by:
-            exp = statistics.median(by["exponential"].attempts)
-            full = statistics.median(by["full"].attempts)
-            out += (
-                f"\n- {backend}: full jitter sends {1 - full / exp:.0%} fewer write attempts "
-                f"than un-jittered exponential backoff for a burst of {by['full'].writers}"
-            )
+        for turns in ("", "-noturns"):
+            if f"exponential{turns}" in by and f"full{turns}" in by:
+                exp = statistics.median(by[f"exponential{turns}"].attempts)
+                full = statistics.median(by[f"full{turns}"].attempts)
+                out += (
+                    f"\n- {backend}{turns}: full jitter sends {1 - full / exp:.0%} fewer write "
+                    f"attempts than un-jittered exponential backoff for a burst of "
+                    f"{by[f'full{turns}'].writers}"
+                )
     return out
 
 
@@ -233,14 +252,17 @@ def goals(cells: list[Cell]) -> str:
             if at16 is not None:
                 line += f"; write attempts per commit at N=16: {at16.per_commit(at16.attempts):.2f}"
             out.append(line)
-        exp = next((c for c in mine if c.policy == "exponential" and c.writers == 64), None)
-        full = next((c for c in mine if c.policy == "full" and c.writers == 64), None)
-        if exp and full:
-            saved = 1 - full.per_commit(full.attempts) / exp.per_commit(exp.attempts)
-            out.append(
-                f"- {backend}: full jitter sends {saved:.0%} fewer write attempts per commit "
-                "than un-jittered exponential backoff at N=64"
+        for turns in ("", "-noturns"):
+            exp = next(
+                (c for c in mine if c.policy == f"exponential{turns}" and c.writers == 64), None
             )
+            full = next((c for c in mine if c.policy == f"full{turns}" and c.writers == 64), None)
+            if exp and full:
+                saved = 1 - full.per_commit(full.attempts) / exp.per_commit(exp.attempts)
+                out.append(
+                    f"- {backend}{turns}: full jitter sends {saved:.0%} fewer write attempts "
+                    "per commit than un-jittered exponential backoff at N=64"
+                )
     return "\n".join(out)
 
 
@@ -274,7 +296,10 @@ async def main() -> None:
     parser.add_argument("--writers", default="1,2,4,8,16,32,64")
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--backends", default="sqlite,redis,postgres")
-    parser.add_argument("--policies", default="none,exponential,full,decorrelated")
+    parser.add_argument(
+        "--policies",
+        default="none,exponential,full,decorrelated,exponential-noturns,full-noturns",
+    )
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     writers = [int(n) for n in args.writers.split(",")]

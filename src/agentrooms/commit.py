@@ -18,16 +18,27 @@
   Only then is a transport failure (outcome unknown) retried: the retry re-reads and
   finds the outcome if the first attempt committed.
 * ``InvalidTransition`` and ``StaleFence`` are raised at once, never retried.
+* Hot keys take turns locally: once a key has conflicted (the store named it in a
+  ``VersionConflict``), the commits of this process that read it queue for it in the
+  process (first come, first served) for ``HOT_FOR`` seconds after its last conflict,
+  holding their turn from the read to the end of their commit, backoff included. Writers
+  in one process then stop colliding with each other, and each process meets the others
+  in the store as one writer with a backoff policy. Keys that never conflict (read by
+  many, written by few) never queue. Correctness never depends on it: every write is
+  still conditional. A commit takes its turns at most once, all at once, in key order,
+  so turns cannot deadlock. ``RetryPolicy(local_turns=False)`` turns it off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -190,6 +201,59 @@ class _Loop:
         return self.delay
 
 
+HOT_FOR = 1.0  # seconds a key stays hot after its last conflict
+
+
+class _Turns:
+    """Per store handle and event loop: the keys that conflicted lately, and a FIFO
+    turn (an ``asyncio.Lock``) for each hot key that some commit is using."""
+
+    def __init__(self) -> None:
+        self.hot: dict[tuple[str, str], float] = {}
+        self.locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}  # lock, users
+
+    def mark(self, room: str, keys: Iterable[str]) -> None:
+        now = time.monotonic()
+        for key in keys:
+            self.hot[(room, key)] = now
+        if len(self.hot) > 1024:  # forget the cold ones now and then
+            self.hot = {k: t for k, t in self.hot.items() if now - t < HOT_FOR}
+
+    def hot_keys(self, room: str, keys: Iterable[str]) -> list[tuple[str, str]]:
+        now = time.monotonic()
+        found = ((room, k) for k in keys)
+        return sorted(k for k in found if now - self.hot.get(k, -HOT_FOR) < HOT_FOR)
+
+    async def take(self, stack: contextlib.AsyncExitStack, keys: list[tuple[str, str]]) -> None:
+        """Queue for each of ``keys`` (sorted) and hold them until ``stack`` closes."""
+        for key in keys:
+            lock, users = self.locks.get(key) or (asyncio.Lock(), 0)
+            self.locks[key] = (lock, users + 1)
+            stack.callback(self._leave, key)  # runs after the lock is released
+            await stack.enter_async_context(lock)
+
+    def _leave(self, key: tuple[str, str]) -> None:
+        lock, users = self.locks[key]
+        if users == 1:
+            del self.locks[key]
+        else:
+            self.locks[key] = (lock, users - 1)
+
+
+_turns: weakref.WeakKeyDictionary[Store, dict[asyncio.AbstractEventLoop, _Turns]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turns_of(store: Store) -> _Turns:
+    per_loop = _turns.setdefault(store, {})
+    loop = asyncio.get_running_loop()
+    turns = per_loop.get(loop)
+    if turns is None:
+        turns = per_loop[loop] = _Turns()
+    return turns
+
+
 async def commit(
     store: Store,
     /,
@@ -221,48 +285,84 @@ async def commit(
     cmd_key = None if command_id is None else command_key(command_id)
     digest = None if cmd_key is None else payload_digest(event)
     outcome: Literal["ok", "error"] = "error"
+    ctx = _Attempt(loop, m, sleep, cmd_key, digest, retention)
+    turns = _turns_of(store) if loop.policy.local_turns else None
+    held = turns is None  # turns are taken at most once per commit
     try:
-        while True:
-            snap = await _read(store, room, read_keys, cmd_key, loop, m, sleep)
-            if cmd_key is not None and (done := snap.get(cmd_key)) is not None:
-                outcome = "ok"
-                return _replay(done, digest, loop)
-            view = View(snap, read_keys)
-            loop.transitions += 1
-            try:
-                change = transition(view, event)
-            except _Unread as need:
-                read_keys.append(need.key)
-                continue
-            except InvalidTransition:
-                m.count("invalid_transition")
-                raise
-            if not isinstance(change, Change):
-                raise TypeError(f"a transition must return a Change, not {type(change).__name__}")
-            compares, writes = _conditions(view, read_keys, change, cmd_key, digest, retention)
-            result = await _write(store, room, compares, writes, change, loop, m, sleep, cmd_key)
-            if result is not None:
-                outcome = "ok"
-                return result
-            delay = loop.next_delay()
-            if delay is None:
-                m.count("contention_exhausted")
-                if requeue is not None:
-                    await requeue(event)
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                if not held:
+                    assert turns is not None
+                    hot = turns.hot_keys(room, read_keys)
+                    if hot:
+                        await turns.take(stack, hot)
+                        held = True
+                result = await _attempt(store, room, transition, event, read_keys, ctx)
+                if result is not None:
                     outcome = "ok"
-                    return CommitResult(
-                        None,
-                        {},
-                        [],
-                        loop.attempts,
-                        loop.transitions,
-                        loop.elapsed(),
-                        requeued=True,
-                    )
-                raise ContentionExhausted(loop.attempts, loop.elapsed(), loop.last_keys)
-            await sleep(delay)
+                    return result
+                if turns is not None:
+                    turns.mark(room, loop.last_keys)
+                delay = loop.next_delay()
+                if delay is None:
+                    break
+                await sleep(delay)
+        # out of attempts or budget; the turns are given back before a requeue
+        m.count("contention_exhausted")
+        if requeue is not None:
+            await requeue(event)
+            outcome = "ok"
+            return CommitResult(
+                None, {}, [], loop.attempts, loop.transitions, loop.elapsed(), requeued=True
+            )
+        raise ContentionExhausted(loop.attempts, loop.elapsed(), loop.last_keys)
     finally:
         m.observe_commit(loop.attempts, loop.elapsed(), outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What every attempt of one commit shares."""
+
+    loop: _Loop
+    m: Metrics
+    sleep: Callable[[float], Awaitable[None]]
+    cmd_key: str | None
+    digest: str | None
+    retention: float
+
+
+async def _attempt(
+    store: Store,
+    room: str,
+    transition: Transition[E],
+    event: E,
+    read_keys: list[str],
+    ctx: _Attempt,
+) -> CommitResult | None:
+    """Read, compute, write once; None if the candidate lost and must be discarded.
+    A transition that reads a key it did not declare gets a snapshot with it."""
+    loop, m = ctx.loop, ctx.m
+    while True:
+        snap = await _read(store, room, read_keys, ctx.cmd_key, loop, m, ctx.sleep)
+        if ctx.cmd_key is not None and (done := snap.get(ctx.cmd_key)) is not None:
+            return _replay(done, ctx.digest, loop)
+        view = View(snap, read_keys)
+        loop.transitions += 1
+        try:
+            change = transition(view, event)
+        except _Unread as need:
+            read_keys.append(need.key)
+            continue
+        except InvalidTransition:
+            m.count("invalid_transition")
+            raise
+        if not isinstance(change, Change):
+            raise TypeError(f"a transition must return a Change, not {type(change).__name__}")
+        compares, writes = _conditions(
+            view, read_keys, change, ctx.cmd_key, ctx.digest, ctx.retention
+        )
+        return await _write(store, room, compares, writes, change, loop, m, ctx.sleep, ctx.cmd_key)
 
 
 async def _read(

@@ -89,11 +89,16 @@ class Decorrelated:
 class RetryPolicy:
     """When the commit loop gives up: after ``max_attempts`` write attempts or once
     ``budget`` seconds have passed (a delay that would overrun the budget is not taken).
+
+    ``local_turns``: commits of one process (one store handle) on a key that conflicted
+    within the last ``HOT_FOR`` seconds take turns on it locally, so they contend with
+    other processes' writers, not with each other (see :mod:`agentrooms.commit`).
     """
 
     max_attempts: int = 12
     budget: float = 10.0
     backoff: Backoff = field(default_factory=FullJitter)
+    local_turns: bool = True
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
