@@ -21,7 +21,8 @@ agents acquired at least once.
 Plan size: claim_next latency with 10 vs 10,000 tasks in the plan.
 
     python3 dev.py bench rooms [--backends sqlite,redis,postgres] [--agents 1,2,4,8,16,32,64]
-        [--duration 3] [--lock-agents 48] [--parts claims,locks,size] [--plot FILE]
+        [--duration 3] [--lock-agents 48] [--parts claims,locks,size]
+        [--designs per-task,plan-lock,plan-cas] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -263,10 +264,14 @@ DESIGNS: dict[str, Callable[[list[Store], Result, float], Awaitable[None]]] = {
 }
 
 
-async def claims(backend: str, url: str, agents: list[int], duration: float) -> list[Result]:
+async def claims(
+    backend: str, url: str, agents: list[int], duration: float, designs: list[str] | None = None
+) -> list[Result]:
     out = []
     for n in agents:
         for design, run in DESIGNS.items():
+            if designs is not None and design not in designs:
+                continue
             stores = await handles(url, n)
             result = Result(backend, design, n)
             try:
@@ -456,6 +461,7 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--lock-agents", type=int, default=48)
     parser.add_argument("--parts", default="claims,locks,size")
+    parser.add_argument("--designs", default=",".join(DESIGNS), help="claim designs to run")
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     agents = [int(n) for n in args.agents.split(",")]
@@ -467,7 +473,9 @@ async def main() -> None:
         for backend in args.backends.split(","):
             async with backend_url(backend, Path(tmp)) as url:
                 if "claims" in parts:
-                    claim_results += await claims(backend, url, agents, args.duration)
+                    claim_results += await claims(
+                        backend, url, agents, args.duration, args.designs.split(",")
+                    )
                 if "locks" in parts:
                     lock_results += await locks(backend, url, args.lock_agents, args.duration)
                 if "size" in parts:

@@ -36,10 +36,12 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
+from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import (
     Absent,
     Append,
     FenceAtMost,
+    Present,
     Put,
     SetAdd,
     SetRemove,
@@ -193,24 +195,86 @@ async def test_sql_fence_rule_is_fence_of(pg: Store, conn: asyncpg.Connection, s
         assert got == fence_of(json.loads(text)), text
 
 
-async def _placeholders(conn: asyncpg.Connection, schema: str) -> int:
-    count: int = await conn.fetchval(
-        f"SELECT count(*) FROM {quote_ident(schema)}.records WHERE value IS NULL"
+async def _null_rows(conn: asyncpg.Connection, schema: str) -> list[str]:
+    """Keys of rows with a NULL value: placeholders (must never commit) and tombstones."""
+    rows = await conn.fetch(
+        f"SELECT key FROM {quote_ident(schema)}.records WHERE value IS NULL ORDER BY key"
     )
-    return count
+    return [row[0] for row in rows]
 
 
 async def test_lock_placeholders_never_commit(
     pg: Store, conn: asyncpg.Connection, schema: str
 ) -> None:
+    """A written key's placeholder never commits, whatever the outcome; a key only
+    compared absent leaves a tombstone (its absence's shared lock), which no read, scan
+    or compare sees, and which a write of the key turns into a record."""
     await pg.transact("r", [Absent("a")], [Put("b", 1)])  # compared, not written
     with pytest.raises(VersionConflict):
         await pg.transact("r", [Absent("b"), Absent("c")], [Put("c", 1)])
     with pytest.raises(StaleFence):
         await pg.transact("r", [FenceAtMost("nobody", 1)], [Put("d", 1)])
-    assert await _placeholders(conn, schema) == 0
+    assert await _null_rows(conn, schema) == ["a"]
     snap = await pg.read("r", ["a", "b", "c", "d"])
     assert set(snap.records) == {"b"}
+    assert [r.key for r in (await pg.scan("r")).records] == ["b"]
+    for version in (0, 1):  # the tombstone's version is 0: still absent to compares
+        with pytest.raises(VersionConflict) as info:
+            await pg.transact("r", [VersionIs("a", version)], [Put("a", 2)])
+        assert info.value.conflicts == {"a": None}
+    with pytest.raises(VersionConflict):
+        await pg.transact("r", [Present("a")], [Put("e", 1)])
+    await pg.transact("r", [Absent("a")], [Put("a", 3)])
+    assert await _null_rows(conn, schema) == []
+    assert (await pg.read("r", ["a"])).value("a") == 3
+
+
+async def test_tombstones_do_not_grow_with_the_work_done(
+    pg: Store, conn: asyncpg.Connection, schema: str
+) -> None:
+    """Tombstones are per key compared absent and never written: the room's
+    ``_archived``, not one per lock grant, queued wait or task."""
+    room = await Rooms(pg).create("r")
+    for i in range(10):
+        lock = await room.locks.try_acquire("l", f"a{i}")
+        assert await room.locks.release(lock)
+        lock = await room.locks.wait_acquire("l", f"b{i}", timeout=5)
+        assert await room.locks.release(lock)
+    held = await room.locks.try_acquire("l", "holder")
+    waiting = asyncio.create_task(room.locks.wait_acquire("l", "waiter", timeout=10))
+    await asyncio.sleep(0.2)
+    assert await room.locks.release(held)
+    assert await room.locks.release(await waiting)
+    await room.plan.add([TaskSpec(f"t{i}") for i in range(5)])
+    for _ in range(5):
+        lease = await room.plan.claim_next("worker")
+        assert lease is not None
+        await room.plan.complete(lease)
+    assert await _null_rows(conn, schema) == ["_archived"]
+
+
+async def test_a_failing_compare_takes_no_lock(
+    pg: Store, postgres_url: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    """A transact whose compare already fails in the committed state returns at once,
+    even while another transaction holds the rows it names."""
+    v = (await pg.transact("r", writes=[Put("k", 1)])).versions["k"]
+    await pg.transact("r", [VersionIs("k", v)], [Put("k", 2)])
+    holder = conn.transaction()
+    await holder.start()
+    try:
+        await conn.execute(
+            f"SELECT 1 FROM {quote_ident(schema)}.records WHERE room = 'r' FOR UPDATE"
+        )
+        for compares in ([VersionIs("k", v)], [Absent("k")]):
+            with pytest.raises(VersionConflict):
+                await asyncio.wait_for(pg.transact("r", compares, [Put("k", 3)]), 5)
+            with pytest.raises(VersionConflict):
+                await asyncio.wait_for(
+                    pg.transact("r", compares, [Put("other", 1)], [Append("e")]), 5
+                )
+    finally:
+        await holder.rollback()
 
 
 async def test_absence_is_locked_so_no_write_skew(postgres_url: str, schema: str) -> None:

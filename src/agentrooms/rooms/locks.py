@@ -117,18 +117,27 @@ class Locks:
         return taken
 
     async def _take(
-        self, name: str, owner: str, ttl: float, token: str, join: dict[str, Any] | None
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        token: str,
+        join: dict[str, Any] | None,
+        *,
+        in_line: bool = False,
     ) -> Lock | _InLine:
         """Take the lock if it is free; if it is held, raise ``LockHeld``, or with a
         queue entry ``join``, get in line in the same write (so no release can pass
-        between finding the lock held and joining)."""
+        between finding the lock held and joining). ``in_line``: the caller may have a
+        queue entry, which a grant removes (only then is the entry read: a fresh
+        token has none, and reading a key that is absent costs a compare)."""
         queued = keys.lock_waiter(name, token)
 
         def take(view: View, _: None) -> Change:
             held = view.record(keys.lock(name))
             if held is None:
                 writes, fence = _grant(view, name, owner, token, ttl)
-                if view.exists(queued):
+                if in_line and view.exists(queued):
                     writes.append(Delete(queued))
                 return Change(writes=writes, result={"fence": fence, "expires_at": view.now + ttl})
             if join is None:
@@ -136,7 +145,7 @@ class Locks:
             return Change(writes=[Put(queued, join, ttl=WAITER_TTL)], result={"queued": True})
 
         done = await self._scope.commit(
-            take, None, [keys.lock(name), keys.lock_fence(name), queued]
+            take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if in_line else [])]
         )
         if "fence" in done.result:
             holder = {"owner": owner, "token": token, "fence": done.result["fence"], "ttl": ttl}
@@ -203,7 +212,7 @@ class Locks:
                     return self._lock(name, held.value, held.expires_at or snap.now + ttl)
                 if held is None:
                     with contextlib.suppress(LockHeld):
-                        lock = await self._take(name, owner, ttl, token, None)
+                        lock = await self._take(name, owner, ttl, token, None, in_line=True)
                         assert isinstance(lock, Lock)
                         return lock
                     continue

@@ -282,9 +282,11 @@ class PostgresStore(Store):
         )
 
     async def _compare_and_set(self, room: str, ops: Prepared) -> TransactResult | None:
-        """The commonest transact, a put guarded by its own version, as one plain UPDATE:
-        the result when it applied, else ``None`` (the general path then finds out why,
-        and a failed compare never becomes true again: versions are not reused).
+        """The commonest transact, a put guarded by its own version, as one statement:
+        the result when it applied, else ``None`` (the general path then finds out why).
+        ``VersionConflict`` at once when the statement's snapshot already holds another
+        version: the compare failed at that instant, which lies within this call, and
+        versions are never reused, so the failure is final.
 
         It needs no room lock: it creates no key and waits for one row only, so a
         concurrent ``delete_room`` either deletes what it wrote or makes it fail."""
@@ -295,10 +297,12 @@ class PostgresStore(Store):
             return None
         if c.version > _SEQ_MAX:  # no version is that high, and it would overflow bigint
             return None
-        rows = await self._fetch("compare_and_set", room, w.key, w.value_json, w.ttl_ms, c.version)
-        if not rows:
-            return None
-        return TransactResult({w.key: rows[0]["version"]}, [], rows[0]["now"])
+        [row] = await self._fetch("compare_and_set", room, w.key, w.value_json, w.ttl_ms, c.version)
+        if row["applied"]:
+            return TransactResult({w.key: row["version"]}, [], row["now"])
+        if row["version"] != c.version:
+            raise VersionConflict({c.key: row["version"]})
+        return None
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         if _matches_no_key(prefix):

@@ -34,7 +34,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
        extract(epoch FROM r.expires_at)::float8 AS expires_at
   FROM clock
   LEFT JOIN records AS r
-         ON r.room = $1 AND r.key = ANY ($2::text[])
+         ON r.room = $1 AND r.key = ANY ($2::text[]) AND r.value IS NOT NULL
         AND (r.expires_at IS NULL OR r.expires_at > clock.ts);
 
 -- name: transact
@@ -46,15 +46,26 @@ SELECT now, versions, first_seq, stale_at, stale_current,
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
--- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5; no row if
--- not (then transact() says why).
-UPDATE records
-   SET value = $3,
-       version = nextval('record_version'),
-       expires_at = clock_timestamp() + $4 * interval '1 millisecond'
- WHERE room = $1 AND key = $2 AND version = $5
-   AND (expires_at IS NULL OR expires_at > clock_timestamp())
-RETURNING version, extract(epoch FROM clock_timestamp())::float8 AS now;
+-- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5. One row:
+-- applied, the new version and the clock; or not applied, with the record's version (NULL
+-- if absent or expired) in the statement's snapshot, read only then (a version other
+-- than $5 is a conflict as of that snapshot; $5 itself means the record changed after
+-- it, and transact() finds out how).
+WITH put AS (
+    UPDATE records
+       SET value = $3,
+           version = nextval('record_version'),
+           expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+     WHERE room = $1 AND key = $2 AND version = $5 AND value IS NOT NULL
+       AND (expires_at IS NULL OR expires_at > clock_timestamp())
+    RETURNING version, extract(epoch FROM clock_timestamp())::float8 AS now
+)
+SELECT true AS applied, version, now FROM put
+UNION ALL
+SELECT false, (SELECT r.version FROM records AS r
+                WHERE r.room = $1 AND r.key = $2 AND r.value IS NOT NULL
+                  AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())), NULL
+ WHERE NOT EXISTS (SELECT FROM put);
 
 -- name: scan
 -- A page of live records of room $1 in key order, and whether more keys follow it.
@@ -64,7 +75,7 @@ WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
 page AS MATERIALIZED (
     SELECT r.key, r.value, r.version, r.expires_at
       FROM records AS r, clock
-     WHERE r.room = $1 AND r.key >= $2 AND r.key < $3 AND r.key > $4
+     WHERE r.room = $1 AND r.key >= $2 AND r.key < $3 AND r.key > $4 AND r.value IS NOT NULL
        AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
      ORDER BY r.key
      LIMIT $5
@@ -87,7 +98,7 @@ WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
 page AS MATERIALIZED (
     SELECT r.key, r.value, r.version, r.expires_at
       FROM records AS r, clock
-     WHERE r.room = $1 AND r.key >= $2 AND r.key > $3
+     WHERE r.room = $1 AND r.key >= $2 AND r.key > $3 AND r.value IS NOT NULL
        AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
      ORDER BY r.key
      LIMIT $4
