@@ -167,6 +167,52 @@ async def test_bad_watch_arguments(store: Store, room: str) -> None:
             await store.watch(room, 0, timeout)  # type: ignore[arg-type]
 
 
+async def test_follow_log_returns_the_events(backend: Backend, room: str) -> None:
+    waiter, writer = await backend.open(), await backend.open()
+    await writer.transact(room, appends=[Append("a", 1), Append("b", 2)])
+    got = await waiter.follow_log(room, 0, 10)
+    assert [(e.seq, e.type, e.data) for e in got] == [(1, "a", 1), (2, "b", 2)]
+    assert [e.seq for e in await waiter.follow_log(room, 0, 10, limit=1)] == [1]
+
+    async def append_later() -> None:
+        await asyncio.sleep(0.3)
+        await writer.transact(room, appends=[Append("c", {"k": [3]})])
+
+    t0 = time.monotonic()
+    task = asyncio.create_task(append_later())
+    woken = await waiter.follow_log(room, 2, 20)
+    assert time.monotonic() - t0 < 5  # woken by the append, not timed out
+    assert [(e.seq, e.type, e.data) for e in woken] == [(3, "c", {"k": [3]})]
+    assert woken == await waiter.read_log(room, 2)  # the same events, times included
+    await task
+    t0 = time.monotonic()
+    assert await waiter.follow_log(room, 3, 0.3) == []
+    assert 0.25 <= time.monotonic() - t0 < 3
+    assert await waiter.follow_log(room, 3, 0) == []
+    for s in {waiter, writer}:
+        await s.close()
+
+
+async def test_follow_log_reports_a_trimmed_log(store: Store, room: str) -> None:
+    await store.transact(room, appends=[Append("a"), Append("b"), Append("c")])
+    await store.trim_log(room, 3)
+    with pytest.raises(CursorCompacted):
+        await store.follow_log(room, 1, 5)
+    assert [e.seq for e in await store.follow_log(room, 2, 5)] == [3]
+    await store.delete_room(room)  # the sequence goes on, the entries are gone
+    with pytest.raises(CursorCompacted):
+        await store.follow_log(room, 2, 0.5)
+
+
+async def test_bad_follow_log_arguments(store: Store, room: str) -> None:
+    for timeout in (-1, 10_000, "1", float("nan")):
+        with pytest.raises(BadRequest):
+            await store.follow_log(room, 0, timeout)  # type: ignore[arg-type]
+    for limit in (0, -1):
+        with pytest.raises(BadRequest):
+            await store.follow_log(room, 0, 1, limit)
+
+
 # ----------------------------------------------------------------------- delete room
 
 

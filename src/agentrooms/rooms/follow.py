@@ -7,7 +7,8 @@ the store spends its time answering questions whose answer is "not yet".
 
 A :class:`Follower` instead reads the room's log once per batch of new events, for all
 the waiters of this process, and hands each waiter only the events its ``match`` accepts:
-one ``watch`` and one ``read_log`` per batch, whatever the number of waiters.
+one ``Store.follow_log`` per batch (one round trip on Redis; a watch and a read on the
+other backends), whatever the number of waiters.
 
 Guarantee: a subscription sees every matching event appended after :func:`follow`
 returned it (the follower's position was read before the subscription existed, and it
@@ -129,15 +130,12 @@ class Follower:
 
     async def _step(self) -> None:
         assert self._position is not None
-        newest = await self.store.watch(self.room, self._position, IDLE_WATCH)
-        while newest > self._position:
-            events = await self.store.read_log(self.room, self._position, PAGE)
-            if not events:
-                break
+        events = await self.store.follow_log(self.room, self._position, IDLE_WATCH, PAGE)
+        if events:
             self._position = events[-1].seq
-            for event in events:
-                for subscription in list(self.subscriptions):
-                    subscription._deliver(event)
+        for event in events:
+            for subscription in list(self.subscriptions):
+                subscription._deliver(event)
 
     def _resync_all(self) -> None:
         for subscription in list(self.subscriptions):

@@ -316,6 +316,16 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
     return value
 
 
+def check_timeout(timeout: object) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 <= timeout <= 3600
+    ):
+        raise BadRequest("timeout must be a number of seconds between 0 and 3600")
+    return float(timeout)
+
+
 def check_limit(limit: object, limits: Limits) -> int:
     value = check_int(limit, "limit", 1)
     if value > limits.max_page:
@@ -554,13 +564,23 @@ class Store(abc.ABC):
         """
         room = check_room(room, self.limits)
         after = check_int(after, "after", 0)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not (0 <= timeout <= 3600)
-        ):
-            raise BadRequest("timeout must be a number of seconds between 0 and 3600")
-        return await self._watch(room, after, float(timeout))
+        return await self._watch(room, after, check_timeout(timeout))
+
+    async def follow_log(
+        self, room: str, after: int, timeout: float, limit: int = 100
+    ) -> list[Event]:
+        """``watch``, then ``read_log``, as one call: wait until the room's log holds an
+        event with ``seq > after`` or ``timeout`` seconds pass, and return the events
+        after ``after`` (at most ``limit``, in order; ``[]`` on timeout). Raises
+        ``CursorCompacted`` like ``read_log``.
+
+        For a reader that follows a log for many waiters (:mod:`agentrooms.rooms.follow`):
+        a backend whose blocking read already returns the entries answers in one round
+        trip (Redis: ``XREAD BLOCK``); the others watch, then read.
+        """
+        room = check_room(room, self.limits)
+        after, timeout = check_int(after, "after", 0), check_timeout(timeout)
+        return await self._follow_log(room, after, timeout, check_limit(limit, self.limits))
 
     async def delete_room(self, room: str) -> None:
         """Delete every record, set and event of ``room``, atomically.
@@ -618,6 +638,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _watch(self, room: str, after: int, timeout: float) -> int: ...
+
+    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
+        """Default: ``_watch``, then ``_read_log`` if something came."""
+        if await self._watch(room, after, timeout) <= after:
+            return []
+        return await self._read_log(room, after, limit)
 
     @abc.abstractmethod
     async def _delete_room(self, room: str) -> None: ...

@@ -192,6 +192,47 @@ def watch_command(keys: RoomKeys, after: int, block_ms: int) -> list[bytes]:
     ]
 
 
+def follow_command(keys: RoomKeys, after: int, limit: int, block_ms: int) -> list[bytes]:
+    """What ``follow_log`` sends, pipelined: ``XREAD COUNT <limit> BLOCK <ms> STREAMS
+    <log> <after>-0`` (the entries above ``after`` as soon as there is one, or nothing
+    after ``block_ms``), then ``HMGET <meta> seq low``, run once the XREAD has returned."""
+    assert block_ms > 0  # BLOCK 0 would wait forever
+    return [
+        *pack_command(
+            "XREAD",
+            "COUNT",
+            limit,
+            "BLOCK",
+            block_ms,
+            "STREAMS",
+            keys.log,
+            f"{min(after, MAX_SEQ)}-0",
+        ),
+        *pack_command("HMGET", keys.meta, "seq", "low"),
+    ]
+
+
+def _stream_entries(reply: Any) -> list[Any]:
+    """The entries of the one stream an XREAD asked for (RESP2: [[name, entries]];
+    RESP3: {name: entries}); [] when it timed out (None)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(next(iter(reply.values())))
+    return list(reply[0][1])
+
+
+def _event(eid: bytes, fields: list[bytes]) -> Event:
+    """A log entry as transact.lua writes it: ID ``<seq>-0``, fields ('t', type, 'd',
+    data JSON, 'ms', time in ms)."""
+    return Event(
+        int(eid[: eid.index(b"-")]),
+        fields[1].decode(),
+        json.loads(fields[3]),
+        int(fields[5]) / 1000.0,
+    )
+
+
 def block_ms(seconds: float) -> int:
     """A positive timeout in seconds as a BLOCK argument: whole milliseconds, rounded up
     (never 0, which means "forever" to Redis)."""
@@ -370,11 +411,7 @@ class RedisStore(Store):
         status, body = await self._run(_READ_LOG, [keys.meta, keys.log], args)
         if status == 0:
             raise CursorCompacted(room, after, body)
-        # fields are always ('t', type, 'd', data, 'ms', time), as transact.lua adds them
-        return [
-            Event(int(eid[: eid.index(b"-")]), f[1].decode(), json.loads(f[3]), int(f[5]) / 1000.0)
-            for eid, f in body
-        ]
+        return [_event(eid, fields) for eid, fields in body]
 
     async def _trim_log(self, room: str, before: int) -> int:
         keys = room_keys(self.prefix, room)
@@ -414,6 +451,42 @@ class RedisStore(Store):
         seq = await self._last_seq(room)
         if seq > after or timeout <= 0:
             return seq
+        keys = room_keys(self.prefix, room)
+        replies = await self._blocking(lambda ms: watch_command(keys, after, ms), timeout, 2)
+        if replies is None:  # no watch connection came free, or no time left
+            return await self._last_seq(room)
+        return 0 if replies[1] is None else int(replies[1])
+
+    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
+        """One round trip (:func:`follow_command`): the blocking read returns the new
+        entries themselves, and the meta hash, read when it has returned, says whether
+        any entry after ``after`` was trimmed (``CursorCompacted``, as ``read_log``).
+
+        If the sequence is past ``after`` but the stream holds nothing above it (a
+        ``delete_room`` removed the entries), the read waits out ``timeout`` and the
+        meta hash then reports the compaction: the one case this costs a wait."""
+        if timeout <= 0:
+            return await super()._follow_log(room, after, timeout, limit)
+        keys = room_keys(self.prefix, room)
+        command = lambda ms: follow_command(keys, after, limit, ms)  # noqa: E731
+        replies = await self._blocking(command, timeout, 2)
+        if replies is None:
+            return await self._read_log(room, after, limit)
+        found, (seq, low) = replies
+        if after + 1 < (1 if low is None else int(low)):
+            raise CursorCompacted(room, after, int(low))
+        entries = _stream_entries(found)
+        if not entries and seq is not None and int(seq) > after:
+            return await self._read_log(room, after, limit)  # says why, or reads them
+        return [_event(eid, fields) for eid, fields in entries]
+
+    async def _blocking(
+        self, command: Callable[[int], list[bytes]], timeout: float, replies: int
+    ) -> list[Any] | None:
+        """Send ``command(block_ms)`` on a watch connection within ``timeout`` seconds
+        and read its ``replies``; ``None`` if no watch connection came free in time.
+        Waiters beyond the watch pool's bound queue, their wait counted against their
+        own timeout; the read is bounded by the rest of it plus ``socket_timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if not self._watchers.locked():
@@ -422,29 +495,27 @@ class RedisStore(Store):
             try:
                 await asyncio.wait_for(self._watchers.acquire(), timeout)
             except TimeoutError:  # every watch connection stayed busy for the whole wait
-                return await self._last_seq(room)
+                return None
         try:
             left = deadline - loop.time()
-            if left > 0:
-                command = watch_command(room_keys(self.prefix, room), after, block_ms(left))
-                async with asyncio.timeout(left + self.timeout):
-                    return await self._block(command)
+            if left <= 0:
+                return None
+            async with asyncio.timeout(left + self.timeout):
+                return await self._block(command(block_ms(left)), replies)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
         finally:
             self._watchers.release()
-        return await self._last_seq(room)
 
-    async def _block(self, command: list[bytes]) -> int:
-        """Send ``command`` (:func:`watch_command`) on a watch connection; return the
-        HGET's reply. The connection goes back to the pool only with nothing pending."""
+    async def _block(self, command: list[bytes], replies: int) -> list[Any]:
+        """Send ``command`` on a watch connection and read its ``replies``. The
+        connection goes back to the pool only with nothing pending."""
         pool = self._watch_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
         clean = False
         try:
             await conn.send_packed_command(command)
-            await conn.read_response()  # XREAD: None on timeout, else the first new entry
-            seq = await conn.read_response()
+            answers = [await conn.read_response() for _ in range(replies)]
             clean = True
         finally:
             try:
@@ -452,7 +523,7 @@ class RedisStore(Store):
                     await conn.disconnect(nowait=True)
             finally:  # even if cancelled again here: the pool must get its slot back
                 await asyncio.shield(pool.release(conn))
-        return 0 if seq is None else int(seq)
+        return answers
 
     async def _delete_room(self, room: str) -> None:
         keys = room_keys(self.prefix, room)
