@@ -91,6 +91,7 @@ class SyncStore:
     set_pick = _blocking(Store.set_pick)
     set_size = _blocking(Store.set_size)
     watch = _blocking(Store.watch)
+    follow_log = _blocking(Store.follow_log)
     delete_room = _blocking(Store.delete_room)
     info = _blocking(Store.info)
     _close = _blocking(Store.close)
