@@ -227,9 +227,9 @@ class Locks:
                     wait = min(wait, max(0.0, held.expires_at - snap.now) + 0.01)
                 if await woken.wait(wait):
                     for event in woken.take()[0]:
-                        if event.type == "lock.handoff" and event.data["ticket"] == taken.ticket:
-                            # ours: granted in the write that appended this event, at its
-                            # time by the store's clock (no need to read the lock back)
+                        if event.type == "lock.handoff":  # only ours pass concerns_me
+                            # granted in the write that appended this event, at its time
+                            # by the store's clock (no need to read the lock back)
                             holder = {**entry, "fence": event.data["fence"]}
                             return self._lock(name, holder, event.time + ttl)
 

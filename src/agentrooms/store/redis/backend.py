@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 from importlib import resources
 from typing import Any, Self, TypeVar
 
@@ -452,7 +453,7 @@ class RedisStore(Store):
         if seq > after or timeout <= 0:
             return seq
         keys = room_keys(self.prefix, room)
-        replies = await self._blocking(lambda ms: watch_command(keys, after, ms), timeout, 2)
+        replies = await self._blocking(partial(watch_command, keys, after), timeout, 2)
         if replies is None:  # no watch connection came free, or no time left
             return await self._last_seq(room)
         return 0 if replies[1] is None else int(replies[1])
@@ -468,8 +469,7 @@ class RedisStore(Store):
         if timeout <= 0:
             return await super()._follow_log(room, after, timeout, limit)
         keys = room_keys(self.prefix, room)
-        command = lambda ms: follow_command(keys, after, limit, ms)  # noqa: E731
-        replies = await self._blocking(command, timeout, 2)
+        replies = await self._blocking(partial(follow_command, keys, after, limit), timeout, 2)
         if replies is None:
             return await self._read_log(room, after, limit)
         found, (seq, low) = replies
