@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import REDIS_URL, machine, ms, unique
+from common import machine, ms, store_url, unique
 
 from agentrooms.commit import Change, View, commit
 from agentrooms.errors import ContentionExhausted
@@ -308,31 +308,8 @@ async def main() -> None:
     bursts: list[Burst] = []
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            if backend == "sqlite":
-                url = f"sqlite:///{Path(tmp) / 'commit.db'}"
+            async with store_url(backend, Path(tmp), "commit") as url:
                 cells += await bench_backend(backend, url, writers, policies, args.duration, bursts)
-            elif backend == "redis":
-                prefix = unique("arcommit")
-                try:
-                    url = f"{REDIS_URL}?prefix={prefix}"
-                    cells += await bench_backend(
-                        backend, url, writers, policies, args.duration, bursts
-                    )
-                finally:
-                    from bench_transact import drop_redis_prefix
-
-                    await drop_redis_prefix(prefix)
-            elif backend == "postgres":
-                from bench_transact import postgres_database
-
-                async with postgres_database() as url:
-                    cells += await bench_backend(
-                        backend, url, writers, policies, args.duration, bursts
-                    )
-            elif backend == "memory":
-                cells += await bench_backend(
-                    backend, "memory://", writers, policies, args.duration, bursts
-                )
     print(f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell\n")
     print(table(cells))
     print()

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from common import REDIS_URL, Arm, machine, ms, ratio_stats, unique
+from common import Arm, machine, ms, ratio_stats, store_url, unique
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
@@ -293,32 +293,6 @@ async def post_events(server: Server, room: str, total: int) -> float:
 # ------------------------------------------------------------------------- backends
 
 
-@asynccontextmanager
-async def store_url(backend: str, tmp: Path) -> AsyncIterator[str]:
-    """A store for this run only: a SQLite file in ``tmp``, a Redis key prefix, or a
-    PostgreSQL database (the same provisioning as the other benchmarks); or memory://,
-    private to the server process."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp / 'http.db'}"
-    elif backend == "redis":
-        from bench_transact import drop_redis_prefix
-
-        prefix = unique("arhttp")
-        try:
-            yield f"{REDIS_URL}?prefix={prefix}"
-        finally:
-            await drop_redis_prefix(prefix)
-    elif backend == "postgres":
-        from bench_transact import postgres_database
-
-        async with postgres_database() as url:
-            yield url
-    elif backend == "memory":  # the server's private store: the HTTP path alone
-        yield "memory://"
-    else:
-        raise SystemExit(f"unknown backend {backend}")
-
-
 @dataclass
 class Result:
     backend: str
@@ -359,7 +333,7 @@ async def bench_backend(backend: str, args: argparse.Namespace, tmp: Path) -> Re
     result = Result(backend)
     counts = [int(n) for n in args.clients.split(",")]
     async with AsyncExitStack() as stack:
-        url = await stack.enter_async_context(store_url(backend, tmp))
+        url = await stack.enter_async_context(store_url(backend, tmp, "http"))
         server = await stack.enter_async_context(server_process(url, tmp / f"{backend}.log"))
         room, events_room = unique("http"), unique("events")
         rooms = [f"{room}-c{i}" for i in range(max(counts))] if args.room_per_client else [room]

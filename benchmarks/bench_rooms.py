@@ -32,13 +32,12 @@ import asyncio
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import REDIS_URL, machine, ms, unique
+from common import REDIS_URL, machine, ms, store_url, unique
 from prometheus_client import CollectorRegistry
 
 from agentrooms.commit import Change, View
@@ -75,29 +74,6 @@ class Result:
     def pct(self, q: float) -> float:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-@asynccontextmanager
-async def backend_url(name: str, tmp: Path) -> AsyncIterator[str]:
-    if name == "sqlite":
-        yield f"sqlite:///{tmp / unique('rooms')}.db"
-    elif name == "redis":
-        from bench_transact import drop_redis_prefix
-
-        prefix = unique("arrooms")
-        try:
-            yield f"{REDIS_URL}?prefix={prefix}"
-        finally:
-            await drop_redis_prefix(prefix)
-    elif name == "postgres":
-        from bench_transact import postgres_database
-
-        async with postgres_database() as url:
-            yield url
-    elif name == "memory":
-        yield "memory://"
-    else:
-        raise SystemExit(f"unknown backend {name}")
 
 
 async def handles(url: str, n: int) -> list[Store]:
@@ -471,7 +447,7 @@ async def main() -> None:
     sizes: dict[str, dict[int, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            async with backend_url(backend, Path(tmp)) as url:
+            async with store_url(backend, Path(tmp), "rooms") as url:
                 if "claims" in parts:
                     claim_results += await claims(
                         backend, url, agents, args.duration, args.designs.split(",")

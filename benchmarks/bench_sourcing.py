@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REDIS_URL, machine, ms, unique
+from common import machine, ms, store_url, unique
 
 from agentrooms.sourcing import Aggregate, Aggregates, DomainEvent
 from agentrooms.store import open_store
@@ -64,29 +64,8 @@ async def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            if backend == "sqlite":
-                rows.append(
-                    (
-                        backend,
-                        *await measure(f"sqlite:///{Path(tmp) / 'f.db'}", args.events, args.loads),
-                    )
-                )
-            elif backend == "redis":
-                from bench_transact import drop_redis_prefix
-
-                prefix = unique("arfold")
-                try:
-                    url = f"{REDIS_URL}?prefix={prefix}"
-                    rows.append((backend, *await measure(url, args.events, args.loads)))
-                finally:
-                    await drop_redis_prefix(prefix)
-            elif backend == "postgres":
-                from bench_transact import postgres_database
-
-                async with postgres_database() as url:
-                    rows.append((backend, *await measure(url, args.events, args.loads)))
-            elif backend == "memory":
-                rows.append((backend, *await measure("memory://", args.events, args.loads)))
+            async with store_url(backend, Path(tmp), "fold") as url:
+                rows.append((backend, *await measure(url, args.events, args.loads)))
     print(f"# fold cost of one aggregate of {args.events} events\n\n{machine()}\n")
     print("| backend | load from snapshot ms | full replay ms | replay / snapshot | snapshot at |")
     print("|---|---:|---:|---:|---:|")

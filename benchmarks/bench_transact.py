@@ -23,20 +23,19 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from common import (
-    POSTGRES_ADMIN_URL,
     REDIS_URL,
     Arm,
     closed_loop,
+    drop_redis_prefix,
     machine,
     median_arm,
     ms,
+    postgres_database,
     ratio_stats,
     spread,
     unique,
@@ -203,31 +202,6 @@ def raw_sqlite(path: Path, duration: float) -> Arm:
 
 
 # ------------------------------------------------------------------------- backends
-
-
-@asynccontextmanager
-async def postgres_database() -> AsyncIterator[str]:
-    import asyncpg
-
-    name = unique("agentrooms_bench").replace("-", "_")
-    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(POSTGRES_ADMIN_URL)
-    try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-async def drop_redis_prefix(prefix: str) -> None:
-    import redis.asyncio as redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 async def run_backend(

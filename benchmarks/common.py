@@ -8,8 +8,11 @@ import platform
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 REDIS_URL = os.environ.get("AGENTROOMS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -92,3 +95,53 @@ def ratio_stats(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
     """Median, min and max of ours/raw over paired repetitions."""
     ratios = [a / b for a, b in pairs if b]
     return statistics.median(ratios), min(ratios), max(ratios)
+
+
+# ------------------------------------------------------------------------ provisioning
+
+
+@asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A PostgreSQL database of its own for this run, dropped at the end."""
+    import asyncpg
+
+    name = unique("agentrooms_bench").replace("-", "_")
+    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(POSTGRES_ADMIN_URL)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def drop_redis_prefix(prefix: str) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@asynccontextmanager
+async def store_url(backend: str, tmp: Path, tag: str = "bench") -> AsyncIterator[str]:
+    """A store for this run only: a SQLite file in ``tmp``, a Redis key prefix (deleted
+    at the end), a PostgreSQL database (dropped at the end), or ``memory://``."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp / unique(tag)}.db"
+    elif backend == "redis":
+        prefix = unique(f"ar{tag}")
+        try:
+            yield f"{REDIS_URL}?prefix={prefix}"
+        finally:
+            await drop_redis_prefix(prefix)
+    elif backend == "postgres":
+        async with postgres_database() as url:
+            yield url
+    elif backend == "memory":
+        yield "memory://"
+    else:
+        raise SystemExit(f"unknown backend {backend!r}")
