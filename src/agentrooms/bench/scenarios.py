@@ -75,13 +75,10 @@ from agentrooms.retry import (
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Append, Put, Store
 from agentrooms.store.base import (
-    Event,
-    Prepared,
-    ScanPage,
     Snapshot,
-    StoreInfo,
     TransactResult,
 )
+from agentrooms.store.wrap import Forwarding
 
 __all__ = [
     "HIDDEN",
@@ -153,14 +150,13 @@ Op = Callable[[str], Awaitable[Outcome | None]]
 """One update by one agent, given its operation id; ``None``: there was no work (yet)."""
 
 
-class AgentStore(Store):
+class AgentStore(Forwarding):
     """One agent's view of a store handle: counts its conditional writes and their
     rejections, and (for the read-decide-write policies) thinks after every read."""
 
     def __init__(self, inner: Store, think: float = 0.0) -> None:
-        super().__init__(inner.url, inner.limits)
-        self.inner, self.think = inner, think
-        self.backend = inner.backend
+        super().__init__(inner)
+        self.think = think
         self.writes = 0
         self.conflicts = 0
 
@@ -189,42 +185,6 @@ class AgentStore(Store):
         except (VersionConflict, StaleFence):
             self.conflicts += 1
             raise
-
-    async def _read(self, room: str, keys: list[str]) -> Snapshot:
-        return await self.inner._read(room, keys)
-
-    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
-        return await self.inner._transact(room, ops)
-
-    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
-        return await self.inner._scan(room, prefix, after, limit)
-
-    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
-        return await self.inner._read_log(room, after, limit)
-
-    async def _trim_log(self, room: str, before: int) -> int:
-        return await self.inner._trim_log(room, before)
-
-    async def _last_seq(self, room: str) -> int:
-        return await self.inner._last_seq(room)
-
-    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
-        return await self.inner._set_pick(room, name, count)
-
-    async def _set_size(self, room: str, name: str) -> int:
-        return await self.inner._set_size(room, name)
-
-    async def _watch(self, room: str, after: int, timeout: float) -> int:
-        return await self.inner._watch(room, after, timeout)
-
-    async def _delete_room(self, room: str) -> None:
-        await self.inner._delete_room(room)
-
-    async def _info(self) -> StoreInfo:
-        return await self.inner._info()
-
-    async def _close(self) -> None:
-        return None  # the handle is shared: its owner closes it
 
 
 async def _think(seconds: float) -> None:

@@ -1,0 +1,68 @@
+"""A store that forwards every backend operation to another store.
+
+The base for instrumenting a store without re-implementing one: count its calls, delay
+or fail some of them, as the benchmarks' per-agent views and the tests' fault injectors
+do. Subclass it and override the operations to observe. The wrapper does not own the
+inner store: closing it leaves the inner one open.
+
+``follow_log`` is not forwarded: it runs as ``watch`` then ``read_log`` through this
+wrapper, so an override of either sees it (a backend's one-round-trip version is used
+only without a wrapper).
+"""
+
+from __future__ import annotations
+
+from agentrooms.store.base import (
+    Event,
+    Prepared,
+    ScanPage,
+    Snapshot,
+    Store,
+    StoreInfo,
+    TransactResult,
+)
+
+__all__ = ["Forwarding"]
+
+
+class Forwarding(Store):
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner.url, inner.limits)
+        self.backend = inner.backend
+        self.inner = inner
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        return await self.inner._read(room, keys)
+
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        return await self.inner._transact(room, ops)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        return await self.inner._scan(room, prefix, after, limit)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        return await self.inner._read_log(room, after, limit)
+
+    async def _trim_log(self, room: str, before: int) -> int:
+        return await self.inner._trim_log(room, before)
+
+    async def _last_seq(self, room: str) -> int:
+        return await self.inner._last_seq(room)
+
+    async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
+        return await self.inner._set_pick(room, name, count)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        return await self.inner._set_size(room, name)
+
+    async def _watch(self, room: str, after: int, timeout: float) -> int:
+        return await self.inner._watch(room, after, timeout)
+
+    async def _delete_room(self, room: str) -> None:
+        await self.inner._delete_room(room)
+
+    async def _info(self) -> StoreInfo:
+        return await self.inner._info()
+
+    async def _close(self) -> None:
+        return None  # the inner store is its owner's to close
