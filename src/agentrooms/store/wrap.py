@@ -5,9 +5,9 @@ or fail some of them, as the benchmarks' per-agent views and the tests' fault in
 do. Subclass it and override the operations to observe. The wrapper does not own the
 inner store: closing it leaves the inner one open.
 
-``follow_log`` is not forwarded: it runs as ``watch`` then ``read_log`` through this
-wrapper, so an override of either sees it (a backend's one-round-trip version is used
-only without a wrapper).
+``follow_log`` is forwarded (the backend's own version: one round trip on Redis) unless
+the subclass overrides ``_watch`` or ``_read_log``: then it runs as ``watch`` then
+``read_log`` through this wrapper, so the override sees it.
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ class Forwarding(Store):
 
     async def _watch(self, room: str, after: int, timeout: float) -> int:
         return await self.inner._watch(room, after, timeout)
+
+    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
+        cls = type(self)
+        if cls._watch is Forwarding._watch and cls._read_log is Forwarding._read_log:
+            return await self.inner._follow_log(room, after, timeout, limit)
+        return await super()._follow_log(room, after, timeout, limit)
 
     async def _delete_room(self, room: str) -> None:
         await self.inner._delete_room(room)
