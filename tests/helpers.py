@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from agentrooms.store.base import Compare, Prepared, Snapshot, Store, TransactResult
+from agentrooms.store.base import Compare, Prepared, ScanPage, Snapshot, Store, TransactResult
 from agentrooms.store.wrap import Forwarding
 
 Hook = Callable[[int, list[Compare]], Awaitable[None]]
@@ -25,11 +25,16 @@ class Interposed(Forwarding):
         self.before, self.after = before, after
         self.calls = 0
         self.reads = 0
+        self.scans = 0
         self.sent: list[list[Compare]] = []
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         self.reads += 1
         return await self.inner._read(room, keys)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        self.scans += 1
+        return await self.inner._scan(room, prefix, after, limit)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         self.calls += 1

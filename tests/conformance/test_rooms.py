@@ -4,6 +4,7 @@ every backend (issue: rooms)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -625,6 +626,93 @@ async def test_a_dead_waiter_drops_out_of_the_queue(
     assert await room.locks.release(a)
     lock = await asyncio.wait_for(alive, 10)
     assert lock.owner == "alive"
+
+
+async def test_lock_round_trips(store: Store) -> None:
+    """What this process knows of a lock picks a one-write path: an uncontended cycle
+    is two writes and a scan, a handoff to a waiter in line one write per side."""
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"trips-{uuid.uuid4().hex[:8]}")
+    lock = await room.locks.try_acquire("l", "a", ttl=30)
+    assert await room.locks.release(lock)
+    calls, reads, scans = counting.calls, counting.reads, counting.scans
+    for i in range(5):
+        lock = await room.locks.try_acquire("l", "a", ttl=30)
+        assert lock.fence == i + 2
+        assert await room.locks.release(lock)
+    assert (counting.calls - calls, counting.reads - reads) == (10, 0)
+    assert counting.scans - scans == 5
+
+    holder = await room.locks.try_acquire("l", "holder", ttl=30)
+    calls, reads = counting.calls, counting.reads
+    waiters = []
+    for name in ("first", "second"):
+        waiters.append(asyncio.create_task(room.locks.wait_acquire("l", name, timeout=20)))
+        while len((await store.scan(room.name, "lockq/")).records) < len(waiters):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # in line before the next one comes
+    first, second = waiters
+    assert await room.locks.release(holder)
+    got = await asyncio.wait_for(first, 10)
+    assert (got.owner, got.fence) == ("first", holder.fence + 1)
+    assert await room.locks.release(got)
+    got = await asyncio.wait_for(second, 10)
+    assert (got.owner, got.fence) == ("second", holder.fence + 2)
+    assert await room.locks.release(got)
+    # two joins and three releases, and no waiter read the lock: the handoff event said
+    # enough, and they knew the holder's lease from this process's own grant
+    assert (counting.calls - calls, counting.reads - reads) == (5, 0)
+
+
+async def test_stale_lock_knowledge_costs_a_write_never_a_wrong_grant(backend: Backend) -> None:
+    """Two processes, each outdating what the other believes of the lock: every grant
+    still gets the next fencing token, and a held lock is never granted."""
+    one, two = await backend.open(), await backend.open()
+    room = await Rooms(one).create(f"stale-{uuid.uuid4().hex[:8]}")
+    here, there = room.locks, Rooms(two).room(room.name).locks
+    assert await here.release(await here.try_acquire("l", "a"))  # here: "free at 1"
+    b = await there.try_acquire("l", "b", ttl=30)
+    with pytest.raises(LockHeld):
+        await here.try_acquire("l", "a")  # believed free, found held
+    assert await there.release(b)
+    lock = await here.try_acquire("l", "a", ttl=30)  # believed held, found free
+    assert lock.fence == 3
+    waiting = asyncio.create_task(there.wait_acquire("l", "b", ttl=30, timeout=20))
+    await asyncio.sleep(0.2)  # there believed it free at 2: it queued behind a
+    assert await here.release(lock)
+    got = await asyncio.wait_for(waiting, 10)
+    assert (got.owner, got.fence) == ("b", 4)
+    assert await there.release(got)
+    lock = await here.wait_acquire("l", "a", ttl=30, timeout=5)  # believed held by b
+    assert lock.fence == 5
+    assert await here.release(lock)  # here: "free at 5"
+    assert await there.release(await there.try_acquire("l", "b"))  # there: "free at 4" -> 6
+    assert (await here.try_acquire("l", "a")).fence == 7  # not a second 6
+    for s in (one, two):
+        await s.close()
+
+
+async def test_a_release_passes_over_a_head_that_left_after_it_was_looked_up(
+    room: Room, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant from the line looks up the next in line while it is held; if that waiter
+    has gone by the release, the release looks again."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
+    await asyncio.sleep(0.05)
+    dead = asyncio.create_task(room.locks.wait_acquire("plan", "dead", ttl=30, timeout=20))
+    await asyncio.sleep(0.05)
+    assert await room.locks.release(a)
+    lock = await asyncio.wait_for(b, 10)  # and it looked up "dead" as the next in line
+    dead.cancel()  # its entry is no longer refreshed
+    alive = asyncio.create_task(room.locks.wait_acquire("plan", "alive", ttl=30, timeout=20))
+    await asyncio.sleep(0.6)
+    assert await room.locks.release(lock)
+    assert (await asyncio.wait_for(alive, 10)).owner == "alive"
+    with contextlib.suppress(asyncio.CancelledError):
+        await dead
 
 
 async def test_a_handoff_wakes_only_the_waiter_it_names(store: Store) -> None:

@@ -2,9 +2,11 @@
 
 The holder record ``lock/<name>`` expires with the lock's TTL (by the store's clock); its
 fencing counter lives apart in ``lockfence/<name>``, which never expires, so tokens keep
-increasing across expiries and releases. Every grant carries a random token; release and
-extend act only while the holder record still carries the caller's token, so a holder
-whose lock expired and was taken by someone else cannot touch the new holder's lock.
+increasing across expiries and releases. A grant's fencing token names it: no two grants
+of a lock share one. ``release`` acts only while the holder record still carries the
+caller's grant (compared in the write itself), and ``extend`` only while it carries the
+caller's token, so a holder whose lock expired and was taken by someone else cannot
+touch the new holder's lock.
 
 Two ways to wait for a held lock:
 
@@ -14,12 +16,24 @@ Two ways to wait for a held lock:
 * ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<token>`` and waits on
   the room's log; ``release`` hands the lock straight to the longest waiting live agent
   in the same atomic write (FIFO, no idle gap, no thundering herd of writers), and says
-  so in its ``lock.handoff`` event, naming the waiter's place in line (its ticket). The
-  waiters of one process share one reader of the log (:mod:`.follow`), and only the
-  waiter named by the handoff, or every waiter of a ``lock.released``, wakes up: a
-  handoff costs one read, not one per waiter. A waiter that dies stops refreshing its
-  entry and drops out; a holder that dies lets its lock expire, and the waiters take it
-  then.
+  so in its ``lock.handoff`` event, naming the waiter. The waiters of one process share
+  one reader of the log (:mod:`.follow`), and only the waiter named by the handoff, or
+  every waiter of a ``lock.released``, wakes up: a handoff costs one read, not one per
+  waiter. A waiter that dies stops refreshing its entry and drops out; a holder that
+  dies lets its lock expire, and the waiters take it then.
+
+Round trips. The commit loop's read-then-write costs two; the common paths here cost
+one write each, and fall back to the commit loop when a guess was wrong:
+
+* this process remembers what it last learned of each lock (:class:`_Seen`: held or
+  free, the newest fencing token, when the holder's lease runs out). Taking a lock it
+  believes free is one write that compares the lock absent and the fencing counter at
+  the token it knows; joining the line of a lock it believes held is one write that
+  compares the lock present. A wrong belief fails that compare and costs one write more;
+  it never grants anything;
+* a release is a scan of the line and one write, which compares the holder record's
+  fencing token with the caller's (fails: the grant is gone, ``False``) and the head of
+  the line present (fails: it left, scan again).
 """
 
 from __future__ import annotations
@@ -28,20 +42,34 @@ import asyncio
 import contextlib
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from agentrooms.commit import Change, View
-from agentrooms.errors import BadRequest, LockHeld, StaleFence
+from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.follow import follow
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import Append, Delete, Event, FenceAtMost, Put, Write
+from agentrooms.store.base import (
+    Absent,
+    Append,
+    Compare,
+    Delete,
+    Event,
+    FenceAtMost,
+    Present,
+    Put,
+    Record,
+    Store,
+    TransactResult,
+    Write,
+)
 
 DEFAULT_TTL = 30.0
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
+EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks again
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +88,27 @@ class Lock:
 
 
 @dataclass(frozen=True, slots=True)
-class _InLine:
-    """A queued waiter's place: its ticket (the version its entry was created with)."""
-
-    ticket: int
-
-
-@dataclass(frozen=True, slots=True)
 class LockInfo:
     name: str
     owner: str
     fence: int
     expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What this process last learned of a lock: a guess that picks which one-write path
+    to try first. A stale guess fails that write's compare; it never grants anything."""
+
+    held: bool
+    fence: int  # the newest fencing token seen
+    until: float | None = None  # local monotonic time the holder's lease runs out, if known
+    # for a grant of ours that came from the line: the head of the line, looked up while
+    # we hold the lock, so that our release is one write (the write compares it present)
+    head: asyncio.Task[Record | None] | None = None
+
+
+_seen: weakref.WeakKeyDictionary[Store, dict[tuple[str, str], _Seen]] = weakref.WeakKeyDictionary()
 
 
 def _check_ttl(ttl: object, what: str = "a lock ttl") -> float:
@@ -80,19 +117,33 @@ def _check_ttl(ttl: object, what: str = "a lock ttl") -> float:
     return float(ttl)
 
 
-def _grant(view: View, name: str, owner: str, token: str, ttl: float) -> tuple[list[Write], int]:
-    """The writes that make ``owner`` the holder, and the new fencing token."""
-    fence = int((view.get(keys.lock_fence(name)) or {}).get("fence", 0)) + 1
-    holder = {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+def _holder(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
+    return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+
+
+def _grant(name: str, holder: dict[str, Any]) -> list[Write]:
+    """The writes that make ``holder`` (with its new fencing token) the lock's holder."""
     return [
-        Put(keys.lock(name), holder, ttl=ttl),
-        Put(keys.lock_fence(name), {"fence": fence}),
-    ], fence
+        Put(keys.lock(name), holder, ttl=holder["ttl"]),
+        Put(keys.lock_fence(name), {"fence": holder["fence"]}),
+    ]
 
 
 class Locks:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
+
+    # ------------------------------------------------------------------ what we saw
+
+    def _seen_of(self, name: str) -> _Seen | None:
+        return _seen.get(self._scope.store, {}).get((self._scope.room, name))
+
+    def _saw(self, name: str, seen: _Seen) -> None:
+        _seen.setdefault(self._scope.store, {})[(self._scope.room, name)] = seen
+
+    def _saw_grant(self, lock: Lock, store_now: float) -> None:
+        until = time.monotonic() + max(0.0, lock.expires_at - store_now)
+        self._saw(lock.name, _Seen(True, lock.fence, until))
 
     def _lock(self, name: str, value: dict[str, Any], expires_at: float) -> Lock:
         return Lock(
@@ -105,52 +156,70 @@ class Locks:
             value["ttl"],
         )
 
+    # ----------------------------------------------------------------------- taking
+
     async def try_acquire(
         self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, _token: str | None = None
     ) -> Lock:
         """Take the lock now or raise ``LockHeld`` naming the holder."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
-        token = _token or uuid.uuid4().hex
-        taken = await self._take(name, owner, _check_ttl(ttl), token, None)
-        assert isinstance(taken, Lock)
-        return taken
+        return await self._take(name, owner, _check_ttl(ttl), _token or uuid.uuid4().hex)
 
-    async def _take(
-        self,
-        name: str,
-        owner: str,
-        ttl: float,
-        token: str,
-        join: dict[str, Any] | None,
-        *,
-        in_line: bool = False,
-    ) -> Lock | _InLine:
-        """Take the lock if it is free; if it is held, raise ``LockHeld``, or with a
-        queue entry ``join``, get in line in the same write (so no release can pass
-        between finding the lock held and joining). ``in_line``: the caller may have a
-        queue entry, which a grant removes (only then is the entry read: a fresh
-        token has none, and reading a key that is absent costs a compare)."""
+    async def _take(self, name: str, owner: str, ttl: float, token: str) -> Lock:
+        """Take the lock if it is free, else ``LockHeld``: one write when this process
+        knows the lock free and its newest fencing token, the commit loop otherwise."""
+        seen = self._seen_of(name)
+        if seen is not None and not seen.held:
+            holder = _holder(owner, token, seen.fence + 1, ttl)
+            counter: Compare = (
+                FenceAtMost(keys.lock_fence(name), seen.fence)
+                if seen.fence
+                else Absent(keys.lock_fence(name))
+            )
+            try:
+                done = await self._scope.transact(
+                    [Absent(keys.lock(name)), counter], _grant(name, holder)
+                )
+            except (VersionConflict, StaleFence):
+                pass  # taken since, or granted and released elsewhere: read it
+            else:
+                lock = self._lock(name, holder, done.now + ttl)
+                self._saw_grant(lock, done.now)
+                return lock
+        return await self._take_read(name, owner, ttl, token)
+
+    async def _take_read(
+        self, name: str, owner: str, ttl: float, token: str, *, in_line: bool = False
+    ) -> Lock:
+        """The commit loop's take: read the lock, grant it if free (removing our queue
+        entry when ``in_line``), raise ``LockHeld`` naming the holder if not."""
         queued = keys.lock_waiter(name, token)
+        seen: list[_Seen] = []
 
         def take(view: View, _: None) -> Change:
+            fence = int((view.get(keys.lock_fence(name)) or {}).get("fence", 0))
             held = view.record(keys.lock(name))
-            if held is None:
-                writes, fence = _grant(view, name, owner, token, ttl)
-                if in_line and view.exists(queued):
-                    writes.append(Delete(queued))
-                return Change(writes=writes, result={"fence": fence, "expires_at": view.now + ttl})
-            if join is None:
+            if held is not None:
+                seen[:] = [_Seen(True, fence, _local(held.expires_at, view.now))]
                 raise LockHeld(name, held.value["owner"])
-            return Change(writes=[Put(queued, join, ttl=WAITER_TTL)], result={"queued": True})
+            holder = _holder(owner, token, fence + 1, ttl)
+            writes = _grant(name, holder)
+            if in_line and view.exists(queued):
+                writes.append(Delete(queued))
+            return Change(writes=writes, result={"holder": holder, "now": view.now})
 
-        done = await self._scope.commit(
-            take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if in_line else [])]
-        )
-        if "fence" in done.result:
-            holder = {"owner": owner, "token": token, "fence": done.result["fence"], "ttl": ttl}
-            return self._lock(name, holder, done.result["expires_at"])
-        return _InLine(done.versions[queued])
+        try:
+            done = await self._scope.commit(
+                take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if in_line else [])]
+            )
+        except LockHeld:
+            self._saw(name, seen[0])
+            raise
+        now = done.result["now"]
+        lock = self._lock(name, done.result["holder"], now + ttl)
+        self._saw_grant(lock, now)
+        return lock
 
     async def acquire(
         self,
@@ -174,6 +243,8 @@ class Locks:
                 await asyncio.sleep(step * attempt)
         raise AssertionError("unreachable")
 
+    # ---------------------------------------------------------------------- queuing
+
     async def wait_acquire(
         self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, timeout: float = 30.0
     ) -> Lock:
@@ -183,15 +254,16 @@ class Locks:
         keys.check_name(owner, "owner")
         ttl = _check_ttl(ttl)
         timeout = _check_ttl(timeout, "a wait timeout")
-        token = uuid.uuid4().hex
-        entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl}
-        queued = keys.lock_waiter(name, token)
-        taken = await self._take(name, owner, ttl, token, entry)
-        if isinstance(taken, Lock):
-            return taken
-        entry["ticket"] = taken.ticket  # place in line, kept across refreshes
         deadline = time.monotonic() + timeout
-        refresh_at = time.monotonic() + WAITER_TTL / 3
+        token = uuid.uuid4().hex
+        seen = self._seen_of(name)
+        if seen is None or not seen.held:
+            with contextlib.suppress(LockHeld):
+                return await self._take(name, owner, ttl, token)
+        # The waiter's name in handoff events: not its token, which proves the grant.
+        waiter = uuid.uuid4().hex
+        entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl, "waiter": waiter}
+        queued = keys.lock_waiter(name, token)
 
         def concerns_me(event: Event) -> bool:
             data = event.data
@@ -199,23 +271,24 @@ class Locks:
                 return False
             if event.type == "lock.released":
                 return True
-            return event.type == "lock.handoff" and data.get("ticket") == taken.ticket
+            return event.type == "lock.handoff" and data.get("waiter") == waiter
 
+        # Subscribed before joining the line, so every release after the join wakes us.
         async with follow(self._scope.store, self._scope.room, concerns_me) as woken:
-            # Subscribed only now: a release since we joined is caught by reading the
-            # lock once more (every later one wakes us); then only events for this lock
-            # and this waiter do.
+            joined = await self._join(name, owner, ttl, token, entry)
+            if isinstance(joined, Lock):
+                return joined
+            entry["ticket"] = joined  # place in line, kept across refreshes
+            refresh_at = time.monotonic() + WAITER_TTL / 3
+            seen = self._seen_of(name)
+            holder_until = None if seen is None or not seen.held else seen.until
+            look = holder_until is None  # unknown holder expiry: read the lock once
             while True:
-                snap = await self._scope.read([keys.lock(name)])
-                held = snap.get(keys.lock(name))
-                if held is not None and held.value["token"] == token:
-                    return self._lock(name, held.value, held.expires_at or snap.now + ttl)
-                if held is None:
-                    with contextlib.suppress(LockHeld):
-                        lock = await self._take(name, owner, ttl, token, None, in_line=True)
-                        assert isinstance(lock, Lock)
-                        return lock
-                    continue
+                if look:
+                    looked = await self._look(name, owner, ttl, token)
+                    if isinstance(looked, Lock):
+                        return looked
+                    holder_until, look = looked, False
                 now = time.monotonic()
                 if now >= deadline:
                     return await self._give_up(name, owner, token, queued)
@@ -223,15 +296,55 @@ class Locks:
                     await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
                     refresh_at = now + WAITER_TTL / 3
                 wait = min(deadline, refresh_at) - now
-                if held.expires_at is not None:  # a dead holder's lock expires silently
-                    wait = min(wait, max(0.0, held.expires_at - snap.now) + 0.01)
-                if await woken.wait(wait):
-                    for event in woken.take()[0]:
-                        if event.type == "lock.handoff":  # only ours pass concerns_me
-                            # granted in the write that appended this event, at its time
-                            # by the store's clock (no need to read the lock back)
-                            holder = {**entry, "fence": event.data["fence"]}
-                            return self._lock(name, holder, event.time + ttl)
+                if holder_until is not None:  # a dead holder's lock expires silently
+                    wait = min(wait, max(0.0, holder_until - now) + EXPIRY_SLACK)
+                if not await woken.wait(wait):
+                    # a deadline or refresh is handled above; a lease that ran out is read
+                    look = holder_until is not None and time.monotonic() >= holder_until
+                    continue
+                events, _ = woken.take()
+                for event in events:
+                    if event.type == "lock.handoff":  # only ours pass concerns_me
+                        # granted in the write that appended this event, at its time by
+                        # the store's clock (no need to read the lock back)
+                        holder = _holder(owner, token, event.data["fence"], ttl)
+                        lock = self._lock(name, holder, event.time + ttl)
+                        head = self._look_up_head(name)
+                        self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, head))
+                        return lock
+                look = True  # released, or the follower lost track: read the lock
+
+    async def _join(
+        self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any]
+    ) -> Lock | int:
+        """Get in line for a held lock (one write that compares it present), or take
+        it if it is free: the lock, or the ticket (the version our entry got)."""
+        queued = keys.lock_waiter(name, token)
+        while True:
+            try:
+                joined = await self._scope.transact(
+                    [Present(keys.lock(name))], [Put(queued, entry, ttl=WAITER_TTL)]
+                )
+            except VersionConflict as exc:
+                if keys.lock(name) not in exc.conflicts:
+                    raise
+                with contextlib.suppress(LockHeld):
+                    return await self._take_read(name, owner, ttl, token)
+                continue
+            return joined.versions[queued]
+
+    async def _look(self, name: str, owner: str, ttl: float, token: str) -> Lock | float | None:
+        """Read the lock: ours (handed over), or free and now taken, or held by another
+        until a local monotonic time (``None``: without expiry)."""
+        while True:
+            snap = await self._scope.read([keys.lock(name)])
+            held = snap.get(keys.lock(name))
+            if held is not None and held.value["token"] == token:
+                return self._lock(name, held.value, held.expires_at or snap.now + ttl)
+            if held is not None:
+                return _local(held.expires_at, snap.now)
+            with contextlib.suppress(LockHeld):
+                return await self._take_read(name, owner, ttl, token, in_line=True)
 
     async def _give_up(self, name: str, owner: str, token: str, queued: str) -> Lock:
         await self._scope.transact(writes=[Delete(queued)])
@@ -242,34 +355,93 @@ class Locks:
             return self._lock(name, held.value, held.expires_at or snap.now)
         raise LockHeld(name, None if held is None else held.value["owner"])
 
+    # -------------------------------------------------------------------- releasing
+
     async def release(self, lock: Lock) -> bool:
         """Release if ``lock`` is still the current grant, handing it to the longest
         waiting queued agent; ``False`` if it had expired or changed hands (the new
         holder's lock is left untouched)."""
+        seen = self._seen_of(lock.name)
+        ahead = None if seen is None or seen.fence != lock.fence else seen.head
         while True:
-            head = await self._head(lock.name)
-            read = [keys.lock(lock.name), keys.lock_fence(lock.name), *([head] if head else [])]
-            result = await self._scope.commit(partial(_release, lock=lock), head, read)
-            if result.result is not None:
-                released: bool = result.result
-                return released
-            # the head of the line left between the scan and the write: look again
+            head = await self._head(lock.name, ahead)
+            ahead = None
+            try:
+                await self._release(lock, head)
+            except StaleFence:
+                await self._scope.read([])  # NotFound if the room itself is gone
+                return False
+            except VersionConflict as exc:
+                if head is None or head.key not in exc.conflicts:
+                    raise
+                continue  # the head of the line left between the scan and the write
+            if head is None:
+                self._saw(lock.name, _Seen(False, lock.fence))
+            else:
+                ttl = head.value["ttl"]
+                self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
+            return True
 
-    async def _head(self, name: str) -> str | None:
+    async def _release(self, lock: Lock, head: Record | None) -> TransactResult:
+        """One write: release ``lock`` (its holder record still carries its fencing
+        token, or ``StaleFence``), handing it to the waiter ``head`` if it is still in
+        line (else ``VersionConflict`` naming it)."""
+        mine = FenceAtMost(keys.lock(lock.name), lock.fence)
+        if head is None:
+            return await self._scope.transact(
+                [mine],
+                [Delete(keys.lock(lock.name))],
+                [Append("lock.released", {"lock": lock.name, "owner": lock.owner})],
+            )
+        nxt = head.value
+        # While ``mine`` holds, the counter is at our token: the next one is ours + 1.
+        holder = _holder(nxt["owner"], nxt["token"], lock.fence + 1, nxt["ttl"])
+        data = {
+            "lock": lock.name,
+            "from": lock.owner,
+            "to": nxt["owner"],
+            "fence": holder["fence"],
+            "ticket": nxt.get("ticket", head.version),
+            "waiter": nxt.get("waiter"),
+        }
+        return await self._scope.transact(
+            [mine, Present(head.key)],
+            [*_grant(lock.name, holder), Delete(head.key)],
+            [Append("lock.handoff", data)],
+        )
+
+    def _look_up_head(self, name: str) -> asyncio.Task[Record | None]:
+        task = asyncio.get_running_loop().create_task(self._head(name))
+        task.add_done_callback(_retrieve)  # a failure costs the release one scan
+        return task
+
+    async def _head(
+        self, name: str, ahead: asyncio.Task[Record | None] | None = None
+    ) -> Record | None:
         """The queue entry of the longest waiting live agent (lowest ticket), if any.
 
-        Only this entry is read into the release's write, so other waiters refreshing
+        Only this entry is compared in the release's write, so other waiters refreshing
         their entries or joining meanwhile do not make it conflict; a waiter that joins
-        after the scan has a later ticket anyway."""
+        after the scan has a later ticket anyway. ``ahead``: the same scan started while
+        the lock was held; a head it found is still the first in line if the write finds
+        it present (anyone joining since is behind it); if it found none, scan again."""
+        if ahead is not None and ahead.get_loop() is asyncio.get_running_loop():
+            with contextlib.suppress(Exception):
+                found = await ahead
+                if found is not None:
+                    return found
         page = await self._scope.store.scan(self._scope.room, keys.lock_queue(name), None, 1000)
-        line = [(r.value.get("ticket", r.version), r.key) for r in page.records]
-        return min(line)[1] if line else None
+        if not page.records:
+            return None
+        return min(page.records, key=lambda r: (r.value.get("ticket", r.version), r.key))
+
+    # ------------------------------------------------------------------- the rest
 
     async def extend(self, lock: Lock, ttl: float | None = None) -> Lock:
         """Extend a lock still held by this grant (its token is on the holder record);
         ``StaleFence`` if it expired or changed hands."""
         length = _check_ttl(ttl if ttl is not None else lock.ttl)
-        holder = {"owner": lock.owner, "token": lock.token, "fence": lock.fence, "ttl": length}
+        holder = _holder(lock.owner, lock.token, lock.fence, length)
 
         def extend(view: View, _: None) -> Change:
             held = view.get(keys.lock(lock.name))
@@ -282,7 +454,9 @@ class Locks:
             )
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
-        return self._lock(lock.name, holder, done.result)
+        extended = self._lock(lock.name, holder, done.result)
+        self._saw(lock.name, _Seen(True, lock.fence, time.monotonic() + length))
+        return extended
 
     async def holder(self, name: str) -> LockInfo | None:
         keys.check_name(name, "lock name")
@@ -314,30 +488,11 @@ class Locks:
             await self.release(lock)
 
 
-def _release(view: View, head: str | None, *, lock: Lock) -> Change:
-    """Release ``lock``, handing it to the waiter whose entry is ``head``; result
-    ``False`` if ``lock`` no longer holds, ``None`` if ``head`` has left the line."""
-    held = view.get(keys.lock(lock.name))
-    if held is None or held["token"] != lock.token:
-        return Change(result=False)
-    if head is None:
-        return Change(
-            writes=[Delete(keys.lock(lock.name))],
-            appends=[Append("lock.released", {"lock": lock.name, "owner": lock.owner})],
-            result=True,
-        )
-    record = view.record(head)
-    if record is None:
-        return Change(result=None)
-    nxt = record.value
-    writes, fence = _grant(view, lock.name, nxt["owner"], nxt["token"], nxt["ttl"])
-    data = {
-        "lock": lock.name,
-        "from": lock.owner,
-        "to": nxt["owner"],
-        "fence": fence,
-        "ticket": nxt.get("ticket", record.version),
-    }
-    return Change(
-        writes=[*writes, Delete(head)], appends=[Append("lock.handoff", data)], result=True
-    )
+def _local(expires_at: float | None, store_now: float) -> float | None:
+    """The local monotonic time of a store-clock expiry (``None``: it never expires)."""
+    return None if expires_at is None else time.monotonic() + max(0.0, expires_at - store_now)
+
+
+def _retrieve(task: asyncio.Task[Record | None]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -86,9 +86,12 @@ async def _grant(room: Room, name: str, agent: str, token: str) -> Record | None
 @router.post("/{name}/release", summary="Release a grant (hand it to the next waiter)")
 async def release(access: LocksWrite, name: LockName, body: LockRef) -> Released:
     """``released: false`` when the grant had expired or changed hands."""
-    if await _grant(access.room, name, access.agent, body.token) is None:
+    record = await _grant(access.room, name, access.agent, body.token)
+    if record is None:
         return Released(released=False)
-    lock = Lock(access.room.name, name, access.agent, body.token, body.fence, 0.0, 0.0)
+    # the grant the token names (a release compares its fencing token, not the body's)
+    fence = record.value["fence"]
+    lock = Lock(access.room.name, name, access.agent, body.token, fence, 0.0, 0.0)
     return Released(released=await access.room.locks.release(lock))
 
 
