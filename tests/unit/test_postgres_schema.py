@@ -866,3 +866,34 @@ async def test_a_version_1_store_migrates_to_version_2_with_its_data(
         assert await store.set_pick("r", "s") == ["m"]
     finally:
         await store.close()
+
+
+async def test_a_read_looks_up_each_key_whatever_the_plan_cache_knows(
+    pg: Store, postgres_url: str, schema: str
+) -> None:
+    """The read's generic plan (made once per connection, here while the table is
+    nearly empty, as a new store's first connection makes it) looks each key up by the
+    primary key, never scanning the room's whole key range and filtering."""
+    await pg.transact("r", writes=[Put("seed", 0)])
+    conn = await asyncpg.connect(
+        postgres_url,
+        server_settings={"search_path": schema, "plan_cache_mode": "force_generic_plan"},
+    )
+    try:
+        await conn.execute(f"PREPARE rd (text, text[]) AS {QUERIES['read'].sql}")
+        await conn.execute("EXECUTE rd ('r', ARRAY['seed'])")  # the plan is made here
+        await pg.transact("r", writes=[Put(f"k{i:04}", i) for i in range(2000)])
+        plan = "\n".join(
+            row[0]
+            for row in await conn.fetch(
+                "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE rd ('r', ARRAY['k0007', 'k1500', 'no'])"
+            )
+        )
+    finally:
+        await conn.close()
+    assert "Index Cond: ((room = $1) AND (key = k.key))" in plan, plan
+    assert "Rows Removed by Filter" not in plan, plan
+    assert [r.value for r in (await pg.read("r", ["k0007", "k1500", "no"])).records.values()] == [
+        7,
+        1500,
+    ]
