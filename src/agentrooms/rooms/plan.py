@@ -52,7 +52,10 @@ PENDING, READY, CLAIMED, DONE, FAILED, CANCELLED = (
 )
 TERMINAL = frozenset({DONE, FAILED, CANCELLED})
 DEFAULT_LEASE = 60.0
-PICK = 8  # candidates drawn per set_pick
+PICK = 8  # candidates drawn per set_pick once a drawn candidate was not claimable
+FIRST_PICK = 1  # candidates drawn first: each drawn one costs the store a write (its pick
+# mark), and the fair pick hands concurrent claimers different candidates, so the first
+# is claimable unless the ready set is nearly empty or another claimer raced for it
 MAX_BATCH = 1000  # tasks per add (each takes about four store operations)
 
 
@@ -268,12 +271,14 @@ class Plan:
             if done is not None:  # an earlier delivery claimed (or found nothing)
                 return None if done.result is None else _lease_from(self.room, done.result)
         tried: set[str] = set()
+        count = FIRST_PICK
         while len(tried) < max_candidates:
             fresh = [
                 c
-                for c in await self._scope.store.set_pick(self.room, keys.READY, PICK)
+                for c in await self._scope.store.set_pick(self.room, keys.READY, count)
                 if c not in tried
             ]
+            count = PICK
             if not fresh:
                 break
             for candidate in fresh:
