@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import REDIS_URL, machine, ms, store_url, unique
+from common import REDIS_URL, CpuMeter, machine, ms, store_url, unique
 from prometheus_client import CollectorRegistry
 
 from agentrooms.commit import Change, View
@@ -62,6 +62,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     duplicates: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu: CpuMeter = field(default_factory=CpuMeter)
 
     @property
     def rate(self) -> float:
@@ -113,7 +114,9 @@ async def per_task(stores: list[Store], result: Result, duration: float) -> None
             result.completed += 1
 
     t0 = time.perf_counter()
+    result.cpu.start()
     await asyncio.gather(*(agent(i) for i in range(result.agents)))
+    result.cpu.stop()
     result.elapsed = time.perf_counter() - t0
     snap = metrics.snapshot()
     result.wasted = snap["errors"]["conflict"]
@@ -179,7 +182,9 @@ async def plan_lock(stores: list[Store], result: Result, duration: float) -> Non
             result.completed += 1
 
     t0 = time.perf_counter()
+    result.cpu.start()
     await asyncio.gather(*(agent(i) for i in range(result.agents)))
+    result.cpu.stop()
     result.elapsed = time.perf_counter() - t0
 
 
@@ -227,7 +232,9 @@ async def plan_cas(stores: list[Store], result: Result, duration: float) -> None
             result.completed += 1
 
     t0 = time.perf_counter()
+    result.cpu.start()
     await asyncio.gather(*(agent(i) for i in range(result.agents)))
+    result.cpu.stop()
     result.elapsed = time.perf_counter() - t0
     result.wasted = metrics.snapshot()["errors"]["conflict"]
     result.attempts = result.completed * 2 + result.wasted
@@ -393,15 +400,20 @@ async def plan_size(backend: str, url: str) -> dict[int, float]:
     return out
 
 
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
 def claims_table(results: list[Result]) -> str:
     lines = [
         "| backend | design | agents | tasks/s | wasted attempts | claim p50 ms | claim p99 ms "
-        "| duplicates |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| duplicates | machine CPU | client CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {r.backend} | {r.design} | {r.agents} | {r.rate:,.0f} | {r.waste:.1%} | "
-        f"{ms(r.pct(0.5))} | {ms(r.pct(0.99))} | {r.duplicates} |"
+        f"{ms(r.pct(0.5))} | {ms(r.pct(0.99))} | {r.duplicates} | {_share(r.cpu.machine)} | "
+        f"{_share(r.cpu.client)} |"
         for r in results
     ]
     return "\n".join(lines)

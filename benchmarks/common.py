@@ -87,6 +87,36 @@ def machine() -> str:
     )
 
 
+class CpuMeter:
+    """How busy the whole machine and this process were between ``start`` and ``stop``,
+    as shares of all its cores (Linux ``/proc/stat``; ``None`` elsewhere). On a machine
+    that runs nothing else, the machine share is the client's plus the servers'."""
+
+    def __init__(self) -> None:
+        self.machine: float | None = None
+        self.client: float | None = None
+
+    @staticmethod
+    def _ticks() -> tuple[int, int] | None:
+        try:
+            first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        except OSError:
+            return None
+        values = [int(v) for v in first[1:9]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+
+    def start(self) -> None:
+        self._t0, self._p0, self._ticks0 = time.perf_counter(), time.process_time(), self._ticks()
+
+    def stop(self) -> None:
+        wall = time.perf_counter() - self._t0
+        self.client = (time.process_time() - self._p0) / wall / (os.cpu_count() or 1)
+        ticks = self._ticks()
+        if ticks is not None and self._ticks0 is not None:
+            total, idle = ticks[0] - self._ticks0[0], ticks[1] - self._ticks0[1]
+            self.machine = 1 - idle / total if total else None
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
