@@ -16,8 +16,12 @@ other in the store, as separate processes each holding one writer would. ``none`
 the naive loop: no backoff, no turns.
 
     python3 dev.py bench commit [--writers 1,2,4,8,16,32,64] [--duration 2]
-        [--backends sqlite,redis,postgres] [--policies none,exponential,full,...]
-        [--plot BENCHMARKS-commit.png]
+        [--repetitions 1] [--backends sqlite,redis,postgres]
+        [--policies none,exponential,full,...] [--plot BENCHMARKS-commit.png]
+
+With ``--repetitions R`` the writer sweep runs R times back to back; the goal figures
+(goodput at the most writers against the peak, jitter against exponential) are computed
+within each sweep and given as the median with every run's figure.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Cell:
     backend: str
     policy: str
     writers: int
+    rep: int = 0
     commits: int = 0
     attempts: int = 0
     transitions: int = 0
@@ -163,12 +168,13 @@ async def bench_backend(
     policies: list[str],
     duration: float,
     bursts: list[Burst],
+    rep: int = 0,
 ) -> list[Cell]:
     cells: list[Cell] = []
     # one store handle (connection pool) per 8 writers, as separate agents would have
     stores = await open_many(url, max(1, max(writers) // 8))
     try:
-        for policy in policies:
+        for policy in policies if rep == 0 else []:
             burst = Burst(name, policy, max(writers))
             await run_burst(stores, burst, rounds=5)
             bursts.append(burst)
@@ -180,7 +186,7 @@ async def bench_backend(
             )
         for n in writers:
             for policy in policies:
-                cell = Cell(name, policy, n)
+                cell = Cell(name, policy, n, rep)
                 await run_cell(stores, cell, duration)
                 cells.append(cell)
                 print(
@@ -228,9 +234,13 @@ def table(cells: list[Cell]) -> str:
         "attempts/commit | transitions/commit | store calls/commit |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    several = len({c.rep for c in cells}) > 1
+    if several:  # one more column: the repetition
+        lines = [lines[0].replace("| N |", "| N | run |"), lines[1] + "---:|"]
     for c in cells:
+        run = f" {c.rep + 1} |" if several else ""
         lines.append(
-            f"| {c.backend} | {c.policy} | {c.writers} | {c.goodput:,.0f} | "
+            f"| {c.backend} | {c.policy} | {c.writers} |{run} {c.goodput:,.0f} | "
             f"{c.conflict_rate:.1%} | {ms(c.pct(0.5))} | {ms(c.pct(0.99))} | "
             f"{c.per_commit(c.attempts):.2f} | {c.per_commit(c.transitions):.2f} | "
             f"{c.per_commit(c.attempts + c.transitions):.2f} |"
@@ -238,30 +248,46 @@ def table(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
+def _spread(values: list[float], fmt: str = "{:.0%}") -> str:
+    """The median, and the range over repetitions when there are several."""
+    median = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return median
+    return f"{median} (runs: {', '.join(fmt.format(v) for v in values)})"
+
+
 def goals(cells: list[Cell]) -> str:
+    """The issue's goal figures, computed within each repetition (a writer sweep run
+    back to back), then summarised over the repetitions."""
     out = []
+    reps = sorted({c.rep for c in cells})
     for backend in dict.fromkeys(c.backend for c in cells):
         mine = [c for c in cells if c.backend == backend]
         for policy in dict.fromkeys(c.policy for c in mine):
-            row = [c for c in mine if c.policy == policy]
-            peak = max(c.goodput for c in row)
-            last = max(row, key=lambda c: c.writers)
-            at16 = next((c for c in row if c.writers == 16), None)
-            line = f"- {backend} / {policy}: goodput at N={last.writers} is "
-            line += f"{last.goodput / peak:.0%} of the peak over N"
-            if at16 is not None:
-                line += f"; write attempts per commit at N=16: {at16.per_commit(at16.attempts):.2f}"
+            shares, at16 = [], []
+            for rep in reps:
+                row = [c for c in mine if c.policy == policy and c.rep == rep]
+                if not row:
+                    continue
+                last = max(row, key=lambda c: c.writers)
+                shares.append(last.goodput / max(c.goodput for c in row))
+                at16 += [c.per_commit(c.attempts) for c in row if c.writers == 16]
+            line = f"- {backend} / {policy}: goodput at the most writers is "
+            line += f"{_spread(shares)} of the peak over N"
+            if at16:
+                line += f"; write attempts per commit at N=16: {_spread(at16, '{:.2f}')}"
             out.append(line)
         for turns in ("", "-noturns"):
-            exp = next(
-                (c for c in mine if c.policy == f"exponential{turns}" and c.writers == 64), None
-            )
-            full = next((c for c in mine if c.policy == f"full{turns}" and c.writers == 64), None)
-            if exp and full:
-                saved = 1 - full.per_commit(full.attempts) / exp.per_commit(exp.attempts)
+            saved = []
+            for rep in reps:
+                at64 = {c.policy: c for c in mine if c.writers == 64 and c.rep == rep}
+                exp, full = at64.get(f"exponential{turns}"), at64.get(f"full{turns}")
+                if exp and full:
+                    saved.append(1 - full.per_commit(full.attempts) / exp.per_commit(exp.attempts))
+            if saved:
                 out.append(
-                    f"- {backend}{turns}: full jitter sends {saved:.0%} fewer write attempts "
-                    "per commit than un-jittered exponential backoff at N=64"
+                    f"- {backend}{turns}: full jitter sends {_spread(saved)} fewer write "
+                    "attempts per commit than un-jittered exponential backoff at N=64"
                 )
     return "\n".join(out)
 
@@ -276,7 +302,7 @@ def plot(cells: list[Cell], path: Path) -> None:
     fig, axes = plt.subplots(2, len(backends), figsize=(5 * len(backends), 7), squeeze=False)
     for col, backend in enumerate(backends):
         for policy in dict.fromkeys(c.policy for c in cells):
-            row = [c for c in cells if c.backend == backend and c.policy == policy]
+            row = [c for c in cells if c.backend == backend and c.policy == policy and c.rep == 0]
             xs = [c.writers for c in row]
             axes[0][col].plot(xs, [c.goodput for c in row], marker="o", label=policy)
             axes[1][col].plot(xs, [c.per_commit(c.attempts) for c in row], marker="o", label=policy)
@@ -295,6 +321,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writers", default="1,2,4,8,16,32,64")
     parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument(
+        "--repetitions", type=int, default=1, help="writer sweeps per backend, back to back"
+    )
     parser.add_argument("--backends", default="sqlite,redis,postgres")
     parser.add_argument(
         "--policies",
@@ -309,7 +338,10 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
             async with store_url(backend, Path(tmp), "commit") as url:
-                cells += await bench_backend(backend, url, writers, policies, args.duration, bursts)
+                for rep in range(args.repetitions):
+                    cells += await bench_backend(
+                        backend, url, writers, policies, args.duration, bursts, rep
+                    )
     print(f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell\n")
     print(table(cells))
     print()
