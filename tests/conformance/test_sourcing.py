@@ -37,6 +37,7 @@ from agentrooms.store import Append, Put, Store
 from tests.conformance import sourcing_workers as w
 from tests.conformance.sourcing_workers import interleaved
 from tests.conftest import Backend
+from tests.helpers import Interposed
 
 
 def _pool(n: int) -> ProcessPoolExecutor:
@@ -75,6 +76,39 @@ async def test_append_and_load(store: Store, room: str) -> None:
     assert [r.n for r in await tasks.history("t1")] == [1, 2, 3]
     empty = await tasks.load("nobody")
     assert (empty.version, empty.state) == (0, {})
+
+
+async def test_an_append_does_not_replay_the_stream(store: Store, room: str) -> None:
+    """After its own append an Aggregates appends again with one read and one write,
+    folding what another process appended meanwhile from that same read."""
+    counting = Interposed(store)
+    tasks = Aggregates(counting, room, w.TASK)
+    await seed_task(tasks, "t1", 40)
+    calls, reads, scans = counting.calls, counting.reads, counting.scans
+    done = await tasks.append("t1", [w.noted("x")])
+    assert (counting.calls - calls, counting.reads - reads, counting.scans - scans) == (1, 1, 0)
+    other = Aggregates(store, room, w.TASK)  # another process
+    await other.append("t1", [w.noted("y"), priority(2, "theirs")])
+    after = await tasks.append("t1", [w.noted("z")], expected_version=done.version + 2)
+    assert after.state == (await tasks.load("t1", snapshots=False)).state
+    assert after.state["notes"][-3:] == ["x", "y", "z"]
+
+
+async def test_what_an_aggregates_remembers_is_not_the_callers_nor_a_deleted_rooms(
+    store: Store, room: str
+) -> None:
+    tasks = Aggregates(store, room, w.TASK)
+    first = await tasks.append("t1", [w.created("one"), w.noted("a")])
+    assert first.state is not None
+    first.state["notes"].append("changed by the caller")
+    second = await tasks.append("t1", [w.noted("b")])
+    assert second.state is not None and second.state["notes"] == ["a", "b"]
+    await store.delete_room(room)
+    other = Aggregates(store, room, w.TASK)
+    await other.append("t1", [w.created("two"), w.noted("c"), w.noted("d"), w.noted("e")])
+    third = await tasks.append("t1", [w.noted("f")], expected_version=4)
+    assert third.state == (await other.load("t1", snapshots=False)).state
+    assert third.state is not None and third.state["notes"] == ["c", "d", "e", "f"]
 
 
 async def test_events_go_to_the_room_log_too(store: Store, room: str) -> None:

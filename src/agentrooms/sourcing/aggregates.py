@@ -24,10 +24,22 @@ one aggregate in a room and guarantees:
   ``InvalidTransition`` rather than being folded wrongly or skipped.
 * Events the fold rejects (by raising ``InvalidTransition``) are never stored: an
   append folds its new events before it writes them.
+* **An append does not replay the stream.** An :class:`Aggregates` remembers, for the
+  streams it appended to last (up to ``KNOWN``), the state after its own append and the
+  store version of that last event's record. The next append reads the head and that
+  record in its one snapshot read: the same record (versions are never reused) means
+  the same history, and events others appended since are folded from the same view
+  (their versions compared too). Anything else (the record gone or rewritten: the room
+  was deleted) drops what it remembered and loads the stream as a first append does. A
+  fold must be pure (it already must: a retried append folds again), and the state is
+  remembered as a deep copy, so a caller changing the ``state`` it was handed changes
+  nothing here.
 """
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -49,6 +61,9 @@ C = TypeVar("C")
 
 MAX_APPEND = 1000
 """Events in one append (each is a record and a log entry in one transact)."""
+
+KNOWN = 1000
+"""Streams whose state after the last append an :class:`Aggregates` remembers."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,20 @@ class _Folded(Generic[S]):
         self.state, self.version = self.aggregate.initial(), 0
 
 
+@dataclass(frozen=True)
+class _Known(Generic[S]):
+    """A stream as this process's last append left it: ``state`` at ``version``, whose
+    event record had store version ``anchor``."""
+
+    state: S
+    version: int
+    anchor: int
+
+
+class _Forgotten(Exception):
+    """The remembered history is not the stream's any more (the room was deleted)."""
+
+
 def _head_version(value: JSON) -> int:
     if value is None:
         return 0
@@ -121,6 +150,7 @@ class Aggregates(Generic[S]):
         self.store, self.room, self.aggregate = store, room, aggregate
         self.policy, self.metrics = policy, metrics
         self.page = min(page, store.limits.max_page)
+        self._known: OrderedDict[str, _Known[S]] = OrderedDict()
 
     # -- reading -------------------------------------------------------------------
 
@@ -242,11 +272,20 @@ class Aggregates(Generic[S]):
         command_id: str | None,
     ) -> Appended[S]:
         agg = self.aggregate
-        folded, _ = await self._load(check_id(id, "aggregate id"), True)
+        check_id(id, "aggregate id")
+        known = self._known.pop(id, None)
+        if known is None:
+            folded, _ = await self._load(id, True)
+            anchor_key = None
+        else:
+            folded = _Folded(agg, known.state, known.version)
+            anchor_key = keys.event(agg.name, id, known.version)
         head_key = keys.head(agg.name, id)
         after: list[Any] = []
 
         def transition(view: View, cmd: C) -> Change:
+            if known is not None and view.version(anchor_key or "") != known.anchor:
+                raise _Forgotten
             m = self._catch_up(view, id, folded)
             if expected is not None and expected != m:
                 raise VersionConflict(
@@ -261,16 +300,24 @@ class Aggregates(Generic[S]):
             after[:] = [state]
             return change
 
-        done = await commit(
-            self.store,
-            self.room,
-            transition,
-            command,
-            keys=[head_key],
-            command_id=command_id,
-            **self._options(),
-        )
+        try:
+            done = await commit(
+                self.store,
+                self.room,
+                transition,
+                command,
+                keys=[head_key, *([anchor_key] if anchor_key else [])],
+                command_id=command_id,
+                **self._options(),
+            )
+        except _Forgotten:
+            return await self._commit(id, decide, command, expected, command_id)
         outcome = done.result
+        if not done.replayed and outcome["count"]:
+            last = keys.event(agg.name, id, outcome["version"])
+            self._remember(
+                id, _Known(copy.deepcopy(after[0]), outcome["version"], done.versions[last])
+            )
         return Appended(
             id,
             outcome["version"],
@@ -281,6 +328,11 @@ class Aggregates(Generic[S]):
             outcome["snapshot"],
             done.replayed,
         )
+
+    def _remember(self, id: str, known: _Known[S]) -> None:
+        self._known[id] = known
+        while len(self._known) > KNOWN:
+            self._known.popitem(last=False)
 
     def _change(self, id: str, m: int, new: list[DomainEvent], state: S) -> Change:
         agg = self.aggregate
