@@ -25,6 +25,7 @@ A peer whose package is missing is skipped with a note (``pip install
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import threading
@@ -458,8 +459,10 @@ async def _events(spec: PeerSpec, target: Target, settings: Settings) -> _Peer:
     return _Peer(records, elapsed, _check(count, state), {"events": count})
 
 
-def _eventsourcing(target: Target, count: int) -> _Peer:
-    from eventsourcing.application import Application
+@functools.cache
+def _es_counter() -> Any:
+    """The peer's aggregate class, defined once: ``eventsourcing`` registers each
+    class under its topic for the process, and refuses a second class of that name."""
     from eventsourcing.domain import Aggregate as EsAggregate
     from eventsourcing.domain import event
 
@@ -472,6 +475,13 @@ def _eventsourcing(target: Target, count: int) -> _Peer:
         def increment(self, by: int) -> None:
             self.n += by
 
+    return Counter
+
+
+def _eventsourcing(target: Target, count: int) -> _Peer:
+    from eventsourcing.application import Application
+
+    Counter = _es_counter()
     if target.name == "sqlite":
         env = {
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
