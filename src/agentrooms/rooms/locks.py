@@ -70,6 +70,7 @@ from agentrooms.store.base import (
 DEFAULT_TTL = 30.0
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
 EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks again
+SEEN = 4096  # locks per store handle whose state this process remembers
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,11 @@ class Locks:
         return _seen.get(self._scope.store, {}).get((self._scope.room, name))
 
     def _saw(self, name: str, seen: _Seen) -> None:
-        _seen.setdefault(self._scope.store, {})[(self._scope.room, name)] = seen
+        known = _seen.setdefault(self._scope.store, {})
+        known.pop((self._scope.room, name), None)  # newest last
+        known[(self._scope.room, name)] = seen
+        while len(known) > SEEN:
+            del known[next(iter(known))]  # the least recently learned: a guess less
 
     def _saw_grant(self, lock: Lock, store_now: float) -> None:
         until = time.monotonic() + max(0.0, lock.expires_at - store_now)
