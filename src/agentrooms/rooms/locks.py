@@ -147,8 +147,7 @@ class Locks:
             del known[next(iter(known))]  # the least recently learned: a guess less
 
     def _saw_grant(self, lock: Lock, store_now: float) -> None:
-        until = time.monotonic() + max(0.0, lock.expires_at - store_now)
-        self._saw(lock.name, _Seen(True, lock.fence, until))
+        self._saw(lock.name, _Seen(True, lock.fence, _local(lock.expires_at, store_now)))
 
     def _lock(self, name: str, value: dict[str, Any], expires_at: float) -> Lock:
         return Lock(

@@ -274,17 +274,18 @@ class Aggregates(Generic[S]):
         agg = self.aggregate
         check_id(id, "aggregate id")
         known = self._known.pop(id, None)
+        # (the key of the last event we folded, the store version it must still have)
+        anchor: tuple[str, int] | None = None
         if known is None:
             folded, _ = await self._load(id, True)
-            anchor_key = None
         else:
             folded = _Folded(agg, known.state, known.version)
-            anchor_key = keys.event(agg.name, id, known.version)
+            anchor = (keys.event(agg.name, id, known.version), known.anchor)
         head_key = keys.head(agg.name, id)
         after: list[Any] = []
 
         def transition(view: View, cmd: C) -> Change:
-            if known is not None and view.version(anchor_key or "") != known.anchor:
+            if anchor is not None and view.version(anchor[0]) != anchor[1]:
                 raise _Forgotten
             m = self._catch_up(view, id, folded)
             if expected is not None and expected != m:
@@ -306,7 +307,7 @@ class Aggregates(Generic[S]):
                 self.room,
                 transition,
                 command,
-                keys=[head_key, *([anchor_key] if anchor_key else [])],
+                keys=[head_key, *([anchor[0]] if anchor else [])],
                 command_id=command_id,
                 **self._options(),
             )
