@@ -6,6 +6,14 @@ a PL/pgSQL function that locks, compares and writes in one transaction at READ
 COMMITTED. A put guarded by its own version, the commonest transact, is one plain
 ``UPDATE`` (``compare_and_set``).
 
+Transacts that append to a room's log are serialized by the room's append lock, held to
+commit, so a room's appends take turns at the write-ahead log flush. A store therefore
+keeps at most one appending transact per room in flight: the ones that arrive meanwhile
+queue and are sent together, as one batch in one statement (``transact()`` applies a
+batch one transact after the other, each all or nothing), when it returns. One agent
+alone never waits for this; many agents of one process share the append lock's turns
+and the flushes. Measured in BENCHMARKS.md §3.
+
 Sets live in one table ordered for picking (``set_pick``: ``FOR UPDATE SKIP LOCKED`` on
 that order, so concurrent pickers get different members). ``watch`` is woken by
 LISTEN/NOTIFY over one extra connection per store (``listener.py``), opened on the first
@@ -31,6 +39,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -69,6 +78,8 @@ DEFAULT_POOL_SIZE = 10
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
 _RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
+BATCH = 64  # appending transacts of one room sent in one statement, at most
+BATCH_BYTES = 8 * 1024 * 1024  # and their encoded values and events, past the first one
 
 _UNAVAILABLE = (
     asyncpg.PostgresError,
@@ -188,6 +199,75 @@ def _record(row: Any) -> Record:
     return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """An appending transact queued behind the one of its room in flight."""
+
+    ops: Prepared
+    future: asyncio.Future[TransactResult]
+
+
+def _next_batch(line: list[_Waiting]) -> list[_Waiting]:
+    """Take the next batch off the front of ``line``: queued transacts whose callers
+    still wait, at most ``BATCH`` of them and, past the first, ``BATCH_BYTES`` of
+    encoded values and events."""
+    batch: list[_Waiting] = []
+    size = 0
+    while line and len(batch) < BATCH:
+        w = line[0]
+        ops = w.ops
+        cost = sum(len(x.value_json or "") for x in ops.writes) + sum(
+            len(x.data_json) for x in ops.appends
+        )
+        if batch and size + cost > BATCH_BYTES:
+            break
+        del line[0]
+        if not w.future.done():
+            batch.append(w)
+            size += cost
+    return batch
+
+
+def _batch_args(batch: list[Prepared]) -> list[list[Any]]:
+    """A batch of transacts as the arrays ``transact()`` takes: for each kind of
+    operation, a bounds array (item i's are at offsets bounds[i] .. bounds[i + 1] - 1),
+    then its parallel arrays, the items' one after the other."""
+    cmp: list[list[Any]] = [[0], [], [], []]
+    put: list[list[Any]] = [[0], [], [], []]
+    dele: list[list[Any]] = [[0], []]
+    sets: list[list[Any]] = [[0], [], [], []]
+    app: list[list[Any]] = [[0], [], []]
+    for ops in batch:
+        keys, kinds, args = _compare_args(ops.compares)
+        cmp[1] += keys
+        cmp[2] += kinds
+        cmp[3] += args
+        for w in ops.writes:
+            if w.value_json is None:
+                dele[1].append(w.key)
+            else:
+                put[1].append(w.key)
+                put[2].append(w.value_json)
+                put[3].append(w.ttl_ms)
+        names, members, effects = _set_args(ops.set_ops)
+        sets[1] += names
+        sets[2] += members
+        sets[3] += effects
+        app[1] += [a.type for a in ops.appends]
+        app[2] += [a.data_json for a in ops.appends]
+        for arrays in (cmp, put, dele, sets, app):
+            arrays[0].append(len(arrays[1]))
+    return [*cmp, *put, *dele, *sets, *app]
+
+
+def _outcome(outcomes: list[TransactResult | VersionConflict | StaleFence]) -> TransactResult:
+    """A lone transact's result, or the compare failure it raises."""
+    [outcome] = outcomes
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
 def _session_settings(schema: str) -> dict[str, str]:
     """Settings of every session the store opens. Our statements are written to plan
     well for any argument, so they use generic plans (re-planning costs more than they
@@ -218,6 +298,9 @@ class PostgresStore(Store):
         self.schema = schema
         self._pool = pool
         self._listener = listener
+        # Rooms with an appending transact in flight -> the ones queued behind it.
+        self._lines: dict[str, list[_Waiting]] = {}
+        self._flushers: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
@@ -249,37 +332,111 @@ class PostgresStore(Store):
         cas = await self._compare_and_set(room, ops)
         if cas is not None:
             return cas
-        compares, writes, appends = ops.compares, ops.writes, ops.appends
-        keys = sorted({c.key for c in compares} | {w.key for w in writes})
-        puts = [w for w in writes if w.value_json is not None]
-        [row] = await self._fetch(
-            "transact",
-            room,
-            keys,
-            *_compare_args(compares),
-            [w.key for w in puts],
-            [w.value_json for w in puts],
-            [w.ttl_ms for w in puts],
-            [w.key for w in writes if w.value_json is None],
-            *_set_args(ops.set_ops),
-            [a.type for a in appends],
-            [a.data_json for a in appends],
-        )
-        if row["stale_at"] is not None:
-            stale = compares[row["stale_at"] - 1]
-            assert isinstance(stale, FenceAtMost)
-            current = row["stale_current"]
-            raise StaleFence(stale.key, stale.fence, None if current is None else int(current))
-        if row["conflict_keys"] is not None:
-            raise VersionConflict(
-                dict(zip(row["conflict_keys"], row["conflict_versions"], strict=True))
-            )
-        first = row["first_seq"]
-        return TransactResult(
-            dict(zip([w.key for w in puts], row["versions"] or (), strict=True)),
-            list(range(first, first + len(appends))) if appends else [],
-            row["now"],
-        )
+        if not ops.appends:
+            return _outcome(await self._transact_batch(room, [ops]))
+        line = self._lines.get(room)
+        if line is not None:  # an appending transact of the room is in flight: queue
+            waiting = _Waiting(ops, asyncio.get_running_loop().create_future())
+            line.append(waiting)
+            return await waiting.future
+        self._lines[room] = []
+        try:
+            return _outcome(await self._transact_batch(room, [ops]))
+        finally:
+            self._send_line(room)
+
+    def _send_line(self, room: str) -> None:
+        """After an appending transact of ``room`` returns: send the ones that queued
+        meanwhile, together, or note that none is in flight."""
+        if not self._lines[room]:
+            del self._lines[room]
+            return
+        task = asyncio.get_running_loop().create_task(self._flush_line(room))
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _flush_line(self, room: str) -> None:
+        """Send the room's queued appending transacts in batches, one batch in flight,
+        until none is left."""
+        line = self._lines[room]
+        try:
+            while line:
+                batch = _next_batch(line)
+                for w, outcome in zip(batch, await self._outcomes(room, batch), strict=True):
+                    if w.future.done():  # its caller gave up
+                        continue
+                    if isinstance(outcome, Exception):
+                        w.future.set_exception(outcome)
+                    else:
+                        w.future.set_result(outcome)
+        except BaseException as exc:  # cancelled: the event loop is closing
+            for w in line:
+                if not w.future.done():
+                    w.future.set_exception(
+                        StoreUnavailable(f"PostgreSQL transact not sent: {exc!r}")
+                    )
+            raise
+        finally:
+            del self._lines[room]
+
+    async def _outcomes(self, room: str, batch: list[_Waiting]) -> list[TransactResult | Exception]:
+        """Each queued transact's result or error, from one batch if it can be."""
+        try:
+            return list(await self._transact_batch(room, [w.ops for w in batch]))
+        except BadRequest as exc:
+            if len(batch) == 1:
+                return [exc]
+            # One transact's input failed the whole statement, so nothing was written:
+            # send each alone, so that only its own input fails it.
+            return [outcome for w in batch for outcome in await self._outcomes(room, [w])]
+        except StoreUnavailable as exc:  # the outcome of each is unknown
+            copies: list[TransactResult | Exception] = []
+            for _ in batch:
+                copy = StoreUnavailable(str(exc))
+                copy.__cause__ = exc.__cause__
+                copies.append(copy)
+            return copies
+
+    async def _transact_batch(
+        self, room: str, batch: list[Prepared]
+    ) -> list[TransactResult | VersionConflict | StaleFence]:
+        """Run independent transacts of ``room`` in one statement, in order, each all or
+        nothing: each one's result, or the compare failure it raises."""
+        [row] = await self._fetch("transact", room, *_batch_args(batch))
+        conflicts: dict[int, dict[str, int | None]] = {}
+        for item, key, version in zip(
+            row["conflict_items"] or (),
+            row["conflict_keys"] or (),
+            row["conflict_versions"] or (),
+            strict=True,
+        ):
+            conflicts.setdefault(item - 1, {})[key] = version
+        versions, first_seqs = row["versions"], row["first_seqs"]
+        stale_at, stale_current = row["stale_at"], row["stale_current"]
+        outcomes: list[TransactResult | VersionConflict | StaleFence] = []
+        put_at = 0
+        for i, ops in enumerate(batch):
+            puts = [w.key for w in ops.writes if w.value_json is not None]
+            if stale_at[i] is not None:
+                stale = ops.compares[stale_at[i] - 1]
+                assert isinstance(stale, FenceAtMost)
+                current = stale_current[i]
+                outcomes.append(
+                    StaleFence(stale.key, stale.fence, None if current is None else int(current))
+                )
+            elif i in conflicts:
+                outcomes.append(VersionConflict(conflicts[i]))
+            else:
+                first = first_seqs[i]
+                outcomes.append(
+                    TransactResult(
+                        dict(zip(puts, versions[put_at : put_at + len(puts)], strict=True)),
+                        list(range(first, first + len(ops.appends))) if ops.appends else [],
+                        row["now"],
+                    )
+                )
+            put_at += len(puts)
+        return outcomes
 
     async def _compare_and_set(self, room: str, ops: Prepared) -> TransactResult | None:
         """The commonest transact, a put guarded by its own version, as one statement:
@@ -401,3 +558,5 @@ class PostgresStore(Store):
         with _driver_errors("close"):
             await self._listener.close()
             await self._pool.close()
+        # Queued transacts fail once the pool is closed; let their senders finish.
+        await asyncio.gather(*self._flushers, return_exceptions=True)

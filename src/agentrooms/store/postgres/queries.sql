@@ -48,11 +48,11 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
          ON r.expires_at IS NULL OR r.expires_at > clock.ts;
 
 -- name: transact
--- Check compares, apply writes, set operations and appends, all or nothing: see
--- transact() in schema.sql.
-SELECT now, versions, first_seq, stale_at, stale_current,
-       conflict_keys, conflict_versions
-  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+-- Apply a batch of independent transacts of one room, each all or nothing, in one
+-- transaction: see transact() in schema.sql.
+SELECT now, versions, first_seqs, stale_at, stale_current,
+       conflict_items, conflict_keys, conflict_versions
+  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
