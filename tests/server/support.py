@@ -72,25 +72,49 @@ async def _log(store: Store, room: str) -> list[Any]:
     return out
 
 
-async def digest(store: Store, rooms: Iterable[str] = (), *, registered: bool = False) -> str:
-    """SHA-256 over every record, the log, the last sequence number and the plan's sets
-    of the registry, the token room, ``rooms`` and (with ``registered``) every registered
-    room. On a store shared with other tests (Redis, PostgreSQL) pass ``registered=False``
-    and name the test's own rooms: other tests' records expire on their own clock."""
+async def state(
+    store: Store, rooms: Iterable[str] = (), *, registered: bool = False
+) -> dict[str, Any]:
+    """Every record, the log, the last sequence number and the plan's sets of the
+    registry, the token room, ``rooms`` and (with ``registered``) every registered room,
+    by room, with the store clock (``now``) after they were read. On a store shared with
+    other tests (Redis, PostgreSQL) pass ``registered=False`` and name the test's own
+    rooms: other tests' records expire on their own clock."""
     names = {keys.REGISTRY, AUTH_ROOM, *rooms}
     if registered:
         names |= {r[1]["name"] for r in await _all_records(store, keys.REGISTRY)}
-    h = hashlib.sha256()
-    for room in sorted(names):
-        part = {
-            "room": room,
+    parts = {
+        room: {
             "records": await _all_records(store, room),
             "log": await _log(store, room),
             "last_seq": await store.last_seq(room),
             "sets": [await store.set_size(room, s) for s in (keys.READY, keys.LEASED)],
         }
-        h.update(json.dumps(part, sort_keys=True).encode())
+        for room in sorted(names)
+    }
+    return {"rooms": parts, "now": (await store.read(keys.REGISTRY, [])).now}
+
+
+async def digest(store: Store, rooms: Iterable[str] = (), *, registered: bool = False) -> str:
+    """SHA-256 over :func:`state` but its clock."""
+    rooms_state = (await state(store, rooms, registered=registered))["rooms"]
+    h = hashlib.sha256()
+    for room, part in rooms_state.items():
+        h.update(json.dumps({"room": room, **part}, sort_keys=True).encode())
     return h.hexdigest()
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether the store changed between two :func:`state` readings other than by
+    records expiring: a record gone whose expiry had passed by the second reading."""
+    for room, part in before["rooms"].items():
+        now = after["rooms"][room]
+        lasting = [
+            r for r in part["records"] if r in now["records"] or r[3] is None or r[3] > after["now"]
+        ]
+        if {**part, "records": lasting} != now:
+            return True
+    return False
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
