@@ -1,6 +1,7 @@
 """The Redis backend's own pieces: command packing (pure), and what the conformance suite
 cannot see from outside — watch connections, cancellation, the keys left behind by
-``delete_room``, the set registry, and pick order against the reference backend."""
+``delete_room``, the set registry, pick order against the reference backend, and calls
+sent together while another is in flight."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import redis.asyncio as aredis
 from redis.asyncio.connection import Connection
 
+from agentrooms.errors import StoreUnavailable
 from agentrooms.store import Append, Put, SetAdd, SetRemove, open_store
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.redis.backend import (
@@ -296,3 +298,75 @@ async def test_pick_order_matches_the_reference_backend(redis_store: RedisStore)
             for store in (redis_store, memory):
                 await store.transact(room, writes=ops)
         assert await redis_store.set_size(room, "s") == await memory.set_size(room, "s")
+
+
+# ------------------------------------------------------------------------ pipelining
+
+
+async def test_concurrent_calls_share_connections_and_each_gets_its_own_reply(
+    redis_store: RedisStore,
+) -> None:
+    """Calls made while another is in flight are sent together on one connection: 200
+    concurrent transacts need far fewer than 200 connections, and each caller gets the
+    reply to its own command (its own key's version, its own event's number)."""
+    room = _room()
+    results = await asyncio.gather(
+        *(
+            redis_store.transact(room, writes=[Put(f"k{i}", i)], appends=[Append("e", i)])
+            for i in range(200)
+        )
+    )
+    pool = redis_store._redis.connection_pool
+    assert len(pool._available_connections) + len(pool._in_use_connections) <= 10
+    snap = await redis_store.read(room, [f"k{i}" for i in range(200)])
+    events = {e.seq: e.data for e in await redis_store.read_log(room, 0, 500)}
+    for i, result in enumerate(results):
+        assert result.versions == {f"k{i}": snap.version(f"k{i}")}
+        assert events[result.seqs[0]] == i
+    assert sorted(events) == list(range(1, 201))
+
+
+async def test_an_error_reply_in_a_batch_reaches_only_its_caller(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    """A room whose meta key holds the wrong type makes the server answer its scripts
+    with an error; the other room's commands sent in the same batches get their
+    replies."""
+    broken, fine = _room(), _room()
+    await raw.set(room_keys(redis_store.prefix, broken).meta, "not a hash")
+    outcomes = await asyncio.gather(
+        *(
+            redis_store.transact(broken if i % 2 else fine, writes=[Put(f"k{i}", i)])
+            for i in range(20)
+        ),
+        return_exceptions=True,
+    )
+    for i, outcome in enumerate(outcomes):
+        if i % 2:
+            assert isinstance(outcome, StoreUnavailable)
+            assert "WRONGTYPE" in str(outcome.__cause__)
+        else:
+            assert not isinstance(outcome, BaseException)
+    snap = await redis_store.read(fine, [f"k{i}" for i in range(0, 20, 2)])
+    assert len(snap.records) == 10
+    await raw.delete(room_keys(redis_store.prefix, broken).meta)
+
+
+async def test_a_caller_that_gives_up_leaves_the_batch_to_the_others(
+    redis_store: RedisStore,
+) -> None:
+    """Cancelling callers whose commands wait in a batch fails none of the others, and
+    leaves no connection half-read."""
+    room = _room()
+    tasks = [
+        asyncio.create_task(redis_store.transact(room, writes=[Put(f"k{i}", i)])) for i in range(50)
+    ]
+    await asyncio.sleep(0)
+    for task in tasks[1::3]:
+        task.cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    kept = [i for i, o in enumerate(done) if not isinstance(o, BaseException)]
+    assert set(kept) >= {i for i in range(50) if i % 3 != 1}
+    for i in range(20):  # the connections still answer in order
+        result = await redis_store.transact(room, writes=[Put(f"again{i}", i)])
+        assert list(result.versions) == [f"again{i}"]

@@ -266,6 +266,16 @@ def _text(value: object) -> str:
 # ------------------------------------------------------------------------- the store
 
 
+def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
+    """Hand a queued command's caller its reply (or error), unless it gave up."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
 class RedisStore(Store):
     backend = "redis"
 
@@ -287,6 +297,9 @@ class RedisStore(Store):
             raise BadRequest(f"unknown parameter in Redis URL {redact_url(url)!r}: {exc}") from exc
         self._redis: Redis = Redis.from_pool(pool)
         self._free = asyncio.Semaphore(pool.max_connections)
+        self._in_flight = 0  # commands sent alone and batches being delivered
+        self._outbox: list[tuple[list[bytes], asyncio.Future[Any]]] = []  # see _send
+        self._delivering: set[asyncio.Task[None]] = set()
         self._watch_pool = ConnectionPool(**options)  # blocking reads only: see _watch
         self._watchers = asyncio.Semaphore(self._watch_pool.max_connections)
 
@@ -336,14 +349,70 @@ class RedisStore(Store):
         """One packed command on a pooled connection, without ``execute_command``'s retry
         and observability layers (a third of the client's time per call; we retry
         nothing). ``send_packed_command`` and ``read_response`` disconnect the connection
-        on any error or cancellation, so it never returns to the pool half-read."""
-        pool = self._redis.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
+        on any error or cancellation, so it never returns to the pool half-read.
+
+        While another command is in flight, a command is not sent at once: the ones that
+        arrive in one turn of the event loop are sent together, in one write on one
+        connection, and their replies read in order (:meth:`_deliver`), as a pipeline
+        would. Many concurrent callers then share the pool's and the socket's costs per
+        call; a caller alone sends its command at once, as before."""
+        if self._in_flight:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._outbox.append((command, future))
+            if len(self._outbox) == 1:
+                asyncio.get_running_loop().call_soon(self._deliver_outbox)
+            return await future
+        self._in_flight += 1
         try:
-            await conn.send_packed_command(command)
-            return await conn.read_response()
+            pool = self._redis.connection_pool
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
+            try:
+                await conn.send_packed_command(command)
+                return await conn.read_response()
+            finally:
+                await pool.release(conn)
         finally:
-            await pool.release(conn)
+            self._in_flight -= 1
+
+    def _deliver_outbox(self) -> None:
+        batch, self._outbox = self._outbox, []
+        task = asyncio.get_running_loop().create_task(self._deliver(batch))
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
+
+    async def _deliver(self, batch: list[tuple[list[bytes], asyncio.Future[Any]]]) -> None:
+        """Send commands queued in one turn of the event loop in one write on one
+        connection and hand each caller its reply (an error reply to its caller only).
+        A caller that gave up meanwhile (its deadline) has its reply dropped. If the
+        connection fails, every caller still waiting gets the error: its command's
+        outcome is unknown, as for a failure of a command sent alone."""
+        self._in_flight += 1
+        waiting = iter(batch)
+        try:
+            pool = self._redis.connection_pool
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await conn.send_packed_command(
+                        [part for command, _ in batch for part in command]
+                    )
+                    for _, future in waiting:
+                        try:
+                            reply = await conn.read_response()
+                        except ResponseError as exc:  # the reply was read: the rest follow
+                            _settle(future, exc)
+                        else:
+                            _settle(future, reply)
+            finally:
+                await pool.release(conn)
+        except BaseException as exc:  # the connection failed (it was disconnected)
+            error = exc if isinstance(exc, Exception) else RedisError(f"not delivered: {exc!r}")
+            for _, future in waiting:
+                _settle(future, error)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._in_flight -= 1
 
     # -- the contract --------------------------------------------------------------
 
@@ -560,3 +629,5 @@ class RedisStore(Store):
             await self._call(self._redis.aclose)
         finally:
             await self._watch_pool.aclose()
+            # Batches in flight fail once their connections are closed.
+            await asyncio.gather(*self._delivering, return_exceptions=True)
