@@ -2,9 +2,10 @@
 token: no 5xx, every 4xx wears the envelope, responses conform to the document, and every
 negative (invalid-input) case the server rejects leaves the store exactly as it was
 (checked per case: every record, event and set size; only a record whose expiry has
-passed, which an earlier accepted case may have set, may be gone). A negative case that schemathesis itself rules valid after
-serialization (in practice: unknown query parameters, which the API ignores) may be
-accepted; its own ``negative_data_rejection`` check judges those.
+passed, which an earlier accepted case may have set, may be gone). A negative case that
+schemathesis itself rules valid after serialization (in practice: unknown query
+parameters, which the API ignores) may be accepted; its own ``negative_data_rejection``
+check judges those.
 
 Passes: the document without its security scheme (every case carries the token, so the
 mutations reach parameters and bodies), with the fixed seeded room and with free paths;
