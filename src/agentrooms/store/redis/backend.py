@@ -29,7 +29,11 @@ deadline per call instead of a timer per read and, on Python 3.11, a task per se
 
 The hot path is lean: EVALSHA is packed here (:func:`pack_evalsha`) and sent on a pooled
 connection directly, skipping redis-py's per-command machinery; with the one deadline
-this makes a transact cost the client about what the bare redis-py EVALSHA costs.
+this makes a transact cost the client about what the bare redis-py EVALSHA costs. It
+keeps ``_call``'s promises itself (:meth:`RedisStore._run`), so that it can pipeline:
+scripts called while another is in flight are sent together, one write on one
+connection under one deadline, and their replies handed back in order
+(:meth:`RedisStore._send`). A caller alone never waits for this.
 
 Blocking reads never use that pool: a ``watch`` that has to wait takes a connection of a
 second pool, the *watch pool*, kept for blocking reads only, so waiters never starve the
@@ -266,6 +270,10 @@ def _text(value: object) -> str:
 # ------------------------------------------------------------------------- the store
 
 
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"redis: {type(exc).__name__}: {exc}")
+
+
 def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
     """Hand a queued command's caller its reply (or error), unless it gave up."""
     if future.done():
@@ -321,7 +329,7 @@ class RedisStore(Store):
             async with asyncio.timeout(self.timeout):
                 return await command(*args)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
-            raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
+            raise _unavailable(exc) from exc
         finally:
             self._free.release()
 
@@ -335,15 +343,19 @@ class RedisStore(Store):
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
     async def _run(self, script: _Script, keys: Sequence[_Arg], args: Sequence[_Arg]) -> Any:
-        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
-        return await self._call(self._eval, script, pack_evalsha(script.sha, keys, args))
-
-    async def _eval(self, script: _Script, command: list[bytes]) -> Any:
+        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it.
+        The hot path: it keeps ``_call``'s promises (a free connection, one deadline,
+        our errors) in :meth:`_send` and :meth:`_deliver`, where they cost once per
+        batch rather than once per call."""
+        command = pack_evalsha(script.sha, keys, args)
         try:
-            return await self._send(command)
-        except NoScriptError:
-            await self._redis.script_load(script.text)
-            return await self._send(command)
+            try:
+                return await self._send(command)
+            except NoScriptError:
+                await self._call(self._redis.script_load, script.text)
+                return await self._send(command)
+        except (RedisError, OSError) as exc:  # a timeout is an OSError too
+            raise _unavailable(exc) from exc
 
     async def _send(self, command: list[bytes]) -> Any:
         """One packed command on a pooled connection, without ``execute_command``'s retry
@@ -354,23 +366,24 @@ class RedisStore(Store):
         While another command is in flight, a command is not sent at once: the ones that
         arrive in one turn of the event loop are sent together, in one write on one
         connection, and their replies read in order (:meth:`_deliver`), as a pipeline
-        would. Many concurrent callers then share the pool's and the socket's costs per
-        call; a caller alone sends its command at once, as before."""
+        would. Many concurrent callers then share the pool's, the deadline's and the
+        socket's costs per call; a caller alone sends its command at once, as before."""
         if self._in_flight:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._outbox.append((command, future))
             if len(self._outbox) == 1:
                 asyncio.get_running_loop().call_soon(self._deliver_outbox)
-            return await future
+            return await future  # settled by _deliver within its deadline
         self._in_flight += 1
         try:
-            pool = self._redis.connection_pool
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
-            try:
-                await conn.send_packed_command(command)
-                return await conn.read_response()
-            finally:
-                await pool.release(conn)
+            async with self._free, asyncio.timeout(self.timeout):
+                pool = self._redis.connection_pool
+                conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped
+                try:
+                    await conn.send_packed_command(command)
+                    return await conn.read_response()
+                finally:
+                    await pool.release(conn)
         finally:
             self._in_flight -= 1
 
@@ -389,10 +402,10 @@ class RedisStore(Store):
         self._in_flight += 1
         waiting = iter(batch)
         try:
-            pool = self._redis.connection_pool
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
-            try:
-                async with asyncio.timeout(self.timeout):
+            async with self._free, asyncio.timeout(self.timeout):
+                pool = self._redis.connection_pool
+                conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped
+                try:
                     await conn.send_packed_command(
                         [part for command, _ in batch for part in command]
                     )
@@ -403,8 +416,8 @@ class RedisStore(Store):
                             _settle(future, exc)
                         else:
                             _settle(future, reply)
-            finally:
-                await pool.release(conn)
+                finally:
+                    await pool.release(conn)
         except BaseException as exc:  # the connection failed (it was disconnected)
             error = exc if isinstance(exc, Exception) else RedisError(f"not delivered: {exc!r}")
             for _, future in waiting:
