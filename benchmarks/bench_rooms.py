@@ -8,6 +8,9 @@ Claims, side by side per backend and agent count (closed loop, fixed time):
   (acquire with backoff, read, mark, write, release; the same for completion).
 * ``plan-cas``: seed 004's starting point — the whole plan as one document written by
   compare-and-swap through the commit loop (full jitter).
+* ``per-task/processes``: ``per-task`` with the agents spread over one OS process per
+  core (not for ``memory://``). The other designs run every agent in this one
+  interpreter, eight agents per store handle, which caps the client at one core.
 
 Reported: completed tasks/s, wasted write attempts (conflicts, or lock tries that found
 it held, over all claim and completion attempts), p50/p99 claim latency, duplicates
@@ -22,17 +25,20 @@ Plan size: claim_next latency with 10 vs 10,000 tasks in the plan.
 
     python3 dev.py bench rooms [--backends sqlite,redis,postgres] [--agents 1,2,4,8,16,32,64]
         [--duration 3] [--lock-agents 48] [--parts claims,locks,size]
-        [--designs per-task,plan-lock,plan-cas] [--plot FILE]
+        [--designs per-task,plan-lock,plan-cas,per-task/processes] [--plot FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import os
 import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,33 +99,108 @@ def record_done(done: dict[str, int], result: Result, task_id: str) -> None:
 
 
 async def per_task(stores: list[Store], result: Result, duration: float) -> None:
-    metrics = Metrics(CollectorRegistry())
-    rooms = Rooms(stores[0])
-    room = await rooms.create(unique("claims"))
+    room = await _plan_room(stores[0])
+    result.cpu.start()
+    found = await _claimers(stores, room, range(result.agents), time.time() + duration)
+    result.cpu.stop()
+    _tally(result, [found])
+
+
+async def per_task_processes(url: str, result: Result, duration: float) -> None:
+    """The per-task design with the agents spread over one OS process per core (each
+    with its own event loop and store handles), as agents that are processes are: one
+    interpreter running every agent measures that interpreter's one core as much as the
+    store."""
+    store = await open_store(url)
+    try:
+        room = await _plan_room(store)
+    finally:
+        await store.close()
+    count = min(result.agents, PROCESSES)
+    shares = [range(result.agents)[p::count] for p in range(count)]
+    start = time.time() + 2.0  # every process has opened its stores by then
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(count, mp_context=context) as pool:
+        runs = [
+            pool.submit(_claimers_in_process, url, room, share, start, start + duration)
+            for share in shares
+        ]
+        await asyncio.sleep(max(0.0, start - time.time()))
+        result.cpu.start()
+        found = [await asyncio.wrap_future(run) for run in runs]
+        result.cpu.stop()
+    _tally(result, found)
+    result.cpu.client = sum(f.cpu for f in found) / result.elapsed / (os.cpu_count() or 1)
+
+
+PROCESSES = os.cpu_count() or 1
+PER_TASK_PROCESSES = "per-task/processes"
+
+
+@dataclass
+class Claimed:
+    """What one process's claiming agents did."""
+
+    done: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    conflicts: int = 0
+    elapsed: float = 0.0
+    cpu: float = 0.0  # this process's CPU seconds while its agents ran
+
+
+async def _plan_room(store: Store) -> str:
+    room = await Rooms(store).create(unique("claims"))
     for start in range(0, TASKS, 500):
         await room.plan.add([TaskSpec(f"t{i:05}") for i in range(start, min(TASKS, start + 500))])
-    done: dict[str, int] = {}
-    stop = time.perf_counter() + duration
+    return room.name
+
+
+async def _claimers(stores: list[Store], room: str, agents: range, stop: float) -> Claimed:
+    """``agents`` claiming and completing tasks of ``room`` until ``stop`` (wall clock)
+    or the plan is done."""
+    metrics = Metrics(CollectorRegistry())
+    claimed = Claimed()
 
     async def agent(i: int) -> None:
-        plan = Rooms(stores[i % len(stores)], metrics=metrics).room(room.name).plan
-        while time.perf_counter() < stop:
+        plan = Rooms(stores[i % len(stores)], metrics=metrics).room(room).plan
+        while time.time() < stop:
             t0 = time.perf_counter()
             lease = await plan.claim_next(f"agent-{i}", ttl=60)
             if lease is None:
                 return
-            result.latencies.append(time.perf_counter() - t0)
+            claimed.latencies.append(time.perf_counter() - t0)
             await plan.complete(lease, i)
-            record_done(done, result, lease.task_id)
-            result.completed += 1
+            claimed.done.append(lease.task_id)
 
-    t0 = time.perf_counter()
-    result.cpu.start()
-    await asyncio.gather(*(agent(i) for i in range(result.agents)))
-    result.cpu.stop()
-    result.elapsed = time.perf_counter() - t0
-    snap = metrics.snapshot()
-    result.wasted = snap["errors"]["conflict"]
+    t0, cpu0 = time.time(), time.process_time()
+    await asyncio.gather(*(agent(i) for i in agents))
+    claimed.elapsed, claimed.cpu = time.time() - t0, time.process_time() - cpu0
+    claimed.conflicts = metrics.snapshot()["errors"]["conflict"]
+    return claimed
+
+
+def _claimers_in_process(url: str, room: str, agents: range, start: float, stop: float) -> Claimed:
+    async def run() -> Claimed:
+        stores = [await open_store(url) for _ in range(max(1, len(agents) // 8))]
+        try:
+            await asyncio.sleep(max(0.0, start - time.time()))
+            return await _claimers(stores, room, agents, stop)
+        finally:
+            for s in stores:
+                await s.close()
+
+    return asyncio.run(run())
+
+
+def _tally(result: Result, found: list[Claimed]) -> None:
+    done: dict[str, int] = {}
+    for claimed in found:
+        for task_id in claimed.done:
+            record_done(done, result, task_id)
+        result.latencies += claimed.latencies
+        result.wasted += claimed.conflicts
+    result.completed = sum(len(c.done) for c in found)
+    result.elapsed = max(c.elapsed for c in found)
     result.attempts = result.completed * 2 + result.wasted  # claim + complete writes
 
 
@@ -252,16 +333,21 @@ async def claims(
 ) -> list[Result]:
     out = []
     for n in agents:
-        for design, run in DESIGNS.items():
+        for design in [*DESIGNS, PER_TASK_PROCESSES]:
             if designs is not None and design not in designs:
                 continue
-            stores = await handles(url, n)
             result = Result(backend, design, n)
-            try:
-                await run(stores, result, duration)
-            finally:
-                for s in stores:
-                    await s.close()
+            if design == PER_TASK_PROCESSES:
+                if url.startswith("memory:"):
+                    continue  # a memory store is private to its process
+                await per_task_processes(url, result, duration)
+            else:
+                stores = await handles(url, n)
+                try:
+                    await DESIGNS[design](stores, result, duration)
+                finally:
+                    for s in stores:
+                        await s.close()
             if result.duplicates:
                 raise SystemExit(f"DUPLICATE CLAIMS: {result}")
             print(
@@ -429,7 +515,7 @@ def plot(results: list[Result], path: Path) -> None:
     fig, axes = plt.subplots(1, len(backends), figsize=(5 * len(backends), 4), squeeze=False)
     for col, backend in enumerate(backends):
         ax = axes[0][col]
-        for design in DESIGNS:
+        for design in [*DESIGNS, PER_TASK_PROCESSES]:
             rows = [r for r in results if r.backend == backend and r.design == design]
             ax.plot([r.agents for r in rows], [r.rate for r in rows], marker="o", label=design)
         ax.set_xscale("log", base=2)
@@ -449,7 +535,9 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--lock-agents", type=int, default=48)
     parser.add_argument("--parts", default="claims,locks,size")
-    parser.add_argument("--designs", default=",".join(DESIGNS), help="claim designs to run")
+    parser.add_argument(
+        "--designs", default=",".join([*DESIGNS, PER_TASK_PROCESSES]), help="claim designs to run"
+    )
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     agents = [int(n) for n in args.agents.split(",")]
