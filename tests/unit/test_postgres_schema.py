@@ -616,7 +616,11 @@ async def test_pick_cost_does_not_grow_with_the_set(
 
 
 async def _channel(conn: asyncpg.Connection, schema: str) -> str:
-    channel: str = await conn.fetchval(f"SELECT {quote_ident(schema)}.notify_channel()")
+    """The store's channel, asked as its sessions ask (the schema is their search_path;
+    notify_channel() names the caller's schema, see schema.sql)."""
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL search_path = {quote_ident(schema)}")
+        channel: str = await conn.fetchval("SELECT notify_channel()")
     return channel
 
 
