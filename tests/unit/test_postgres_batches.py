@@ -7,7 +7,8 @@ together, as one batch in one statement (``transact()`` in schema.sql):
   its own outcome, and their events are numbered without gaps;
 * one transact's bad input fails only that transact;
 * a caller that gives up before its batch is sent has nothing applied; queued transacts
-  of a store that closes fail with ``StoreUnavailable`` and are not applied;
+  of a store that closes fail with ``StoreUnavailable`` and are not applied; the callers
+  of a batch cut off in flight get ``StoreUnavailable`` (outcome unknown), never a hang;
 * batches of two handles whose transacts lock keys and set members in opposite orders
   never deadlock.
 """
@@ -313,3 +314,39 @@ async def test_batches_locking_in_opposite_orders_never_deadlock(postgres_url: s
 
         await asyncio.gather(*(writer(store, n) for n in range(8) for store in (one, two)))
         assert await one.last_seq(room) == 2 * 8 * 25
+
+
+async def test_a_batch_cut_off_in_flight_fails_its_callers_with_unknown_outcome(
+    postgres_url: str,
+) -> None:
+    """If the task sending a batch is cancelled (the event loop is closing) while the
+    batch is in flight, its callers get ``StoreUnavailable`` rather than wait forever."""
+    room = f"r{uuid.uuid4().hex[:8]}"
+    async with _pg(postgres_url) as pg:
+        await pg.transact(room, writes=[Put("q0", 0)])
+        blocker = await asyncpg.connect(postgres_url, server_settings={"search_path": SCHEMA})
+        try:
+            row_lock = blocker.transaction()
+            await row_lock.start()  # hold q0's row: the batch waits for it
+            await blocker.execute(
+                "SELECT FROM records WHERE room = $1 AND key = 'q0' FOR UPDATE", room
+            )
+            async with _append_lock_held(postgres_url, room):
+                first = asyncio.create_task(pg.transact(room, [], [Put("a", 1)], [Append("e")]))
+                await asyncio.sleep(0.2)
+                queued = [
+                    asyncio.create_task(pg.transact(room, [], [Put(f"q{i}", i)], [Append("e")]))
+                    for i in range(3)
+                ]
+                await _queued(pg, room, 3)
+            await first
+            await asyncio.sleep(0.3)  # the batch is in flight, waiting for q0's row
+            assert not any(task.done() for task in queued)
+            for flusher in list(pg._flushers):
+                flusher.cancel()
+            for task in queued:
+                with pytest.raises(StoreUnavailable):
+                    await asyncio.wait_for(task, 5)
+            await row_lock.rollback()
+        finally:
+            await blocker.close()

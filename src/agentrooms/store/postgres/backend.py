@@ -359,6 +359,7 @@ class PostgresStore(Store):
         """Send the room's queued appending transacts in batches, one batch in flight,
         until none is left."""
         line = self._lines[room]
+        batch: list[_Waiting] = []
         try:
             while line:
                 batch = _next_batch(line)
@@ -370,7 +371,7 @@ class PostgresStore(Store):
                     else:
                         w.future.set_result(outcome)
         except BaseException as exc:  # cancelled: the event loop is closing
-            for w in line:
+            for w in [*batch, *line]:  # the batch in flight: its outcome is unknown
                 if not w.future.done():
                     w.future.set_exception(
                         StoreUnavailable(f"PostgreSQL transact not sent: {exc!r}")
