@@ -370,3 +370,41 @@ async def test_a_caller_that_gives_up_leaves_the_batch_to_the_others(
     for i in range(20):  # the connections still answer in order
         result = await redis_store.transact(room, writes=[Put(f"again{i}", i)])
         assert list(result.versions) == [f"again{i}"]
+
+
+BUSY = """
+local start = redis.call('TIME')
+local t0 = start[1] * 1000000 + start[2]
+while true do
+    local now = redis.call('TIME')
+    if now[1] * 1000000 + now[2] - t0 > tonumber(ARGV[1]) then return 1 end
+end
+"""
+
+
+async def test_a_batch_cut_off_by_its_deadline_fails_every_caller(
+    redis_url: str, raw: aredis.Redis
+) -> None:
+    """The server stalls (a busy script) past the store's deadline while a batch waits
+    for its replies: every caller gets ``StoreUnavailable`` (outcome unknown), none
+    waits forever, and the store works again afterwards."""
+    store = await open_store(redis_url + "&socket_timeout=0.3")
+    assert isinstance(store, RedisStore)
+    room = _room()
+    try:
+        # Two idle connections, so that the batch reaches the read (a new connection
+        # would wait out the deadline in its handshake instead).
+        await asyncio.gather(*(store.transact(room, writes=[Put(f"w{i}", i)]) for i in range(2)))
+        pool = store._redis.connection_pool
+        assert len(pool._available_connections) == 2
+        stall = asyncio.create_task(raw.eval(BUSY, 0, 800_000))
+        await asyncio.sleep(0.05)
+        calls = [
+            asyncio.create_task(store.transact(room, writes=[Put(f"k{i}", i)])) for i in range(6)
+        ]
+        outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 3)
+        assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+        await stall
+        assert (await store.transact(room, writes=[Put("after", 1)])).versions
+    finally:
+        await store.close()

@@ -400,7 +400,6 @@ class RedisStore(Store):
         connection fails, every caller still waiting gets the error: its command's
         outcome is unknown, as for a failure of a command sent alone."""
         self._in_flight += 1
-        waiting = iter(batch)
         try:
             async with self._free, asyncio.timeout(self.timeout):
                 pool = self._redis.connection_pool
@@ -409,7 +408,7 @@ class RedisStore(Store):
                     await conn.send_packed_command(
                         [part for command, _ in batch for part in command]
                     )
-                    for _, future in waiting:
+                    for _, future in batch:
                         try:
                             reply = await conn.read_response()
                         except ResponseError as exc:  # the reply was read: the rest follow
@@ -420,7 +419,7 @@ class RedisStore(Store):
                     await pool.release(conn)
         except BaseException as exc:  # the connection failed (it was disconnected)
             error = exc if isinstance(exc, Exception) else RedisError(f"not delivered: {exc!r}")
-            for _, future in waiting:
+            for _, future in batch:  # those not settled yet: done ones are skipped
                 _settle(future, error)
             if not isinstance(exc, Exception):
                 raise
