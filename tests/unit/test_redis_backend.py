@@ -397,7 +397,7 @@ async def test_a_batch_cut_off_by_its_deadline_fails_every_caller(
         await asyncio.gather(*(store.transact(room, writes=[Put(f"w{i}", i)]) for i in range(2)))
         pool = store._redis.connection_pool
         assert len(pool._available_connections) == 2
-        stall = asyncio.create_task(raw.eval(BUSY, 0, 800_000))
+        stall = asyncio.ensure_future(raw.eval(BUSY, 0, 800_000))
         await asyncio.sleep(0.05)
         calls = [
             asyncio.create_task(store.transact(room, writes=[Put(f"k{i}", i)])) for i in range(6)
