@@ -49,9 +49,23 @@ def sync() -> None:
     )
 
 
+def _env() -> dict[str, str]:
+    return dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+
+
 def run(*cmd: str) -> int:
-    env = dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(list(cmd), cwd=ROOT, env=env, check=False).returncode
+    return subprocess.run(list(cmd), cwd=ROOT, env=_env(), check=False).returncode
+
+
+def become(*cmd: str) -> int:
+    """Run ``cmd`` as this process (POSIX ``exec``), so that signals sent to this process
+    id (a service manager's or a test's SIGTERM) reach it rather than orphan it."""
+    if os.name == "posix":
+        os.chdir(ROOT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execvpe(cmd[0], list(cmd), _env())  # does not return
+    return run(*cmd)  # elsewhere exec starts a new process: wait for it instead
 
 
 def main(argv: list[str]) -> int:
@@ -65,11 +79,11 @@ def main(argv: list[str]) -> int:
     sync()
     py = str(BIN / "python")
     if command in ("serve", "demo"):
-        return run(py, "-m", "agentrooms", command, *args)
+        return become(py, "-m", "agentrooms", command, *args)
     if command == "cli":
-        return run(py, "-m", "agentrooms", *args)
+        return become(py, "-m", "agentrooms", *args)
     if command == "test":
-        return run(py, "-m", "pytest", *args)
+        return become(py, "-m", "pytest", *args)
     if command == "check":
         return (
             run(py, "-m", "ruff", "check", ".")
@@ -80,9 +94,9 @@ def main(argv: list[str]) -> int:
         if not args:
             print("usage: python3 dev.py bench NAME [ARGS]", file=sys.stderr)
             return 2
-        return run(py, f"benchmarks/bench_{args[0]}.py", *args[1:])
+        return become(py, f"benchmarks/bench_{args[0]}.py", *args[1:])
     if command == "run":
-        return run(*args)
+        return become(*args)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 
