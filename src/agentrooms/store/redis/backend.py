@@ -19,10 +19,11 @@ token of a value is computed here with :func:`~agentrooms.store.base.fence_of` w
 written and stored beside the value, so a fence compare is exact for any integer and the
 script never decodes JSON.
 
-Every call goes through :meth:`RedisStore._call`, the one seam: it waits for a free
-connection (at most ``max_connections``, default 100; callers queue rather than fail),
-bounds the whole call by ``socket_timeout`` (default 5 s), and turns driver errors into
-``StoreUnavailable`` with the cause chained. redis-py itself is told not to retry (a
+Every call keeps the promises of :meth:`RedisStore._call`, the one seam (scripts keep
+them in :meth:`RedisStore._run`, below): it waits for a free connection (at most
+``max_connections``, default 100; callers queue rather than fail), bounds the whole call
+by ``socket_timeout`` (default 5 s), and turns driver errors into ``StoreUnavailable``
+with the cause chained. redis-py itself is told not to retry (a
 retried EVALSHA could apply a transact twice: the caller gets ``StoreUnavailable``, outcome
 unknown, and retries its idempotent command) and not to time sockets out itself (one
 deadline per call instead of a timer per read and, on Python 3.11, a task per send).
@@ -40,9 +41,9 @@ second pool, the *watch pool*, kept for blocking reads only, so waiters never st
 hot path of connections (and a connection left mid-BLOCK can never serve a transact).
 It is bounded like the first (``max_connections``, default 100, so a store holds at most
 twice that many connections); waiters beyond the bound queue for a watch connection, their
-queueing counted against their own timeout. The blocking read is the one call that does
-not go through ``_call``: it is bounded by the watch's timeout plus ``socket_timeout``
-instead, and its errors become ``StoreUnavailable`` the same way.
+queueing counted against their own timeout. The blocking read is bounded by the watch's
+timeout plus ``socket_timeout`` instead, and its errors become ``StoreUnavailable`` the
+same way.
 """
 
 from __future__ import annotations
