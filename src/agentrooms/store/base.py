@@ -25,6 +25,7 @@ nothing is written. Backends implement the underscored methods.
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 import math
 import re
@@ -430,6 +431,17 @@ def check_compares(
             conflicts[c.key] = version
     if conflicts:
         raise VersionConflict(conflicts)
+
+
+def settle(future: asyncio.Future[Any], outcome: object) -> None:
+    """Hand a queued call's caller its outcome, a result or an exception to raise, unless
+    it gave up waiting (for backends that send queued calls together)."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def decode_json(text: str | bytes) -> JSON:

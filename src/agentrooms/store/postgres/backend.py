@@ -68,6 +68,7 @@ from agentrooms.store.base import (
     TransactResult,
     VersionIs,
     decode_json,
+    settle,
 )
 from agentrooms.store.postgres.listener import Listener
 from agentrooms.store.postgres.pool import ConnectionPool
@@ -364,18 +365,10 @@ class PostgresStore(Store):
             while line:
                 batch = _next_batch(line)
                 for w, outcome in zip(batch, await self._outcomes(room, batch), strict=True):
-                    if w.future.done():  # its caller gave up
-                        continue
-                    if isinstance(outcome, Exception):
-                        w.future.set_exception(outcome)
-                    else:
-                        w.future.set_result(outcome)
+                    settle(w.future, outcome)
         except BaseException as exc:  # cancelled: the event loop is closing
             for w in [*batch, *line]:  # the batch in flight: its outcome is unknown
-                if not w.future.done():
-                    w.future.set_exception(
-                        StoreUnavailable(f"PostgreSQL transact not sent: {exc!r}")
-                    )
+                settle(w.future, StoreUnavailable(f"PostgreSQL transact not sent: {exc!r}"))
             raise
         finally:
             del self._lines[room]
