@@ -213,8 +213,8 @@ AS $$
 DECLARE
     v_items        integer := cardinality(p_cmp_bounds) - 1;
     v_now          timestamptz := clock_timestamp();
-    v_live         boolean[] := array_fill(true, ARRAY[cardinality(p_cmp_bounds) - 1]);
-    v_live_count   integer := cardinality(p_cmp_bounds) - 1;
+    v_live         boolean[] := array_fill(true, ARRAY[v_items]);
+    v_live_count   integer := v_items;
     v_locked       boolean := false;
     v_placeholders bigint := 0;
     v_count        bigint;
@@ -231,7 +231,7 @@ DECLARE
     v_set_items    integer := 0;    -- how many of those items have set operations
     v_types        text[] := '{}';  -- the events of the items applied, in order
     v_datas        text[] := '{}';
-    v_offsets      bigint[] := array_fill(NULL::bigint, ARRAY[cardinality(p_cmp_bounds) - 1]);
+    v_offsets      bigint[] := array_fill(NULL::bigint, ARRAY[v_items]);
     v_first        bigint;
     v_key          record;
     lo             integer;
