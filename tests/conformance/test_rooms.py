@@ -25,7 +25,8 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.rooms import Room, Rooms, TaskSpec
-from agentrooms.store import Put, Store
+from agentrooms.store import Delete, Event, Put, Store
+from agentrooms.store.wrap import Forwarding
 from tests.conftest import Backend
 from tests.helpers import Interposed
 
@@ -644,7 +645,7 @@ async def test_lock_round_trips(store: Store) -> None:
     assert counting.scans - scans == 5
 
     holder = await room.locks.try_acquire("l", "holder", ttl=30)
-    calls, reads = counting.calls, counting.reads
+    calls, reads, scans = counting.calls, counting.reads, counting.scans
     waiters = []
     for name in ("first", "second"):
         waiters.append(asyncio.create_task(room.locks.wait_acquire("l", name, timeout=20)))
@@ -659,8 +660,12 @@ async def test_lock_round_trips(store: Store) -> None:
     assert (got.owner, got.fence) == ("second", holder.fence + 2)
     assert await room.locks.release(got)
     # two joins and three releases, and no waiter read the lock: the handoff event said
-    # enough, and they knew the holder's lease from this process's own grant
-    assert (counting.calls - calls, counting.reads - reads) == (5, 0)
+    # enough, and they knew the holder's lease from this process's own grant. "first"
+    # read just the entry of "second", whom its handoff event named; the line was scanned
+    # by the holder's release, and by "second", who was told of nobody behind it (while
+    # it held the lock, and again at its release, for anyone who joined since)
+    assert (counting.calls - calls, counting.reads - reads) == (5, 1)
+    assert counting.scans - scans == 3
 
 
 async def test_stale_lock_knowledge_costs_a_write_never_a_wrong_grant(backend: Backend) -> None:
@@ -745,6 +750,116 @@ async def test_a_handoff_wakes_only_the_waiter_it_names(store: Store) -> None:
     # per handoff: the releaser's commit reads once, the named waiter not at all (the
     # handoff event says enough), and this test's check once
     assert counting.reads - before <= 3 * (n + 1)
+
+
+async def test_a_handoff_names_the_line_behind_so_a_long_line_is_rarely_scanned(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each handoff event names up to LINE waiters behind the new holder, in order, and
+    the new holder reads just the first of them: ten waiters with LINE = 3 are served in
+    order with five scans of the line, not eleven."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "LINE", 3)
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"line-{uuid.uuid4().hex[:8]}")
+    first = await room.locks.try_acquire("plan", "first", ttl=30)
+    n, order = 10, []
+
+    async def waiter(i: int) -> None:
+        lock = await room.locks.wait_acquire("plan", f"w{i}", ttl=30, timeout=60)
+        order.append(i)
+        assert await room.locks.release(lock)
+
+    tasks = []
+    for i in range(n):
+        tasks.append(asyncio.create_task(waiter(i)))
+        while len((await store.scan(room.name, "lockq/")).records) <= i:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # in line before the next one comes
+    scans = counting.scans
+    assert await room.locks.release(first)
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    assert order == list(range(n))
+    # the first release, the holders told of nobody behind them (w3, w7, w9), and w9's
+    # release looking for anyone who joined since
+    assert counting.scans - scans == 5
+    handoffs = [e.data for e in await room.events.read(0, 100) if e.type == "lock.handoff"]
+    assert [len(h["line"]) for h in handoffs] == [3, 2, 1, 0, 3, 2, 1, 0, 1, 0]
+
+
+async def test_a_handoff_in_one_process_wakes_the_waiter_without_the_log(store: Store) -> None:
+    """The releasing write hands its event to the waiters of its own process at once:
+    a local waiter wakes even while the reader of the log is stalled."""
+
+    class Stalled(Forwarding):
+        async def _follow_log(
+            self, room: str, after: int, timeout: float, limit: int
+        ) -> list[Event]:
+            await asyncio.sleep(timeout)  # as if nothing were appended
+            return []
+
+    stalled = Stalled(store)
+    room = await Rooms(stalled).create(f"tell-{uuid.uuid4().hex[:8]}")
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
+    while not (await store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    t0 = time.monotonic()
+    assert await room.locks.release(a)
+    lock = await asyncio.wait_for(b, 10)
+    assert (lock.owner, lock.fence) == ("B", a.fence + 1)
+    assert time.monotonic() - t0 < 1  # not after the log's 5 s idle wait, nor A's lease
+
+
+async def test_a_waiter_handed_the_lock_unawares_does_not_queue_again(
+    store: Store, room: Room, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter's refresh compares its entry present: when the entry is gone because the
+    lock was handed to it (here, without the event that would have told it), the refresh
+    puts nothing back and the waiter finds the lock its own."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)  # a refresh every 0.1 s
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
+    while not (entries := (await store.scan(room.name, "lockq/")).records):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    entry = entries[0].value
+    # the handoff's writes, but no event: B learns of it only by its refresh failing
+    granted = {"owner": "B", "token": entry["token"], "fence": a.fence + 1, "ttl": 30.0}
+    await store.transact(
+        room.name,
+        writes=[
+            Put("lock/plan", granted, ttl=30),
+            Put("lockfence/plan", {"fence": a.fence + 1}),
+            Delete(entries[0].key),
+        ],
+    )
+    lock = await asyncio.wait_for(b, 10)
+    assert (lock.owner, lock.fence) == ("B", a.fence + 1)
+    assert (await store.scan(room.name, "lockq/")).records == []  # not back in line
+    assert await room.locks.release(lock)
+    assert await room.locks.holder("plan") is None
+
+
+async def test_a_waiter_that_dropped_out_of_the_line_gets_back_in(
+    store: Store, room: Room, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter whose entry expired (its process stalled past WAITER_TTL; here the entry
+    is deleted) joins the line again at its next refresh, and is still served."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
+    while not (entries := (await store.scan(room.name, "lockq/")).records):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    await store.transact(room.name, writes=[Delete(entries[0].key)])
+    while not (await store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # back in line
+    assert await room.locks.release(a)
+    lock = await asyncio.wait_for(b, 10)
+    assert (lock.owner, lock.fence) == ("B", a.fence + 1)
 
 
 # ------------------------------------------------------------------------- documents

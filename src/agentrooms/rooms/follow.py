@@ -15,6 +15,11 @@ returned it (the follower's position was read before the subscription existed, a
 only ever moves forward over events it has dispatched). Events from a little earlier may
 be delivered too; ``match`` should be cheap and the waiter tolerant of them.
 
+An event this process appended itself can be handed to the local subscriptions at once
+(:func:`tell`), from the write's own result, ahead of the follower reading it back from
+the log: a lock handed to a waiter of the same process wakes it without waiting for the
+log's round trip. The follower delivers the event again later; subscribers tolerate that.
+
 When the follower cannot tell what it missed (the log was trimmed past its position, or
 the store failed), every subscription is told to *resync*: re-read the state it waits on
 instead of relying on events.
@@ -58,8 +63,11 @@ class Subscription:
         """Wait up to ``timeout`` seconds for an event or a resync; ``True`` if either
         came (read and clear them with :meth:`take`)."""
         if not self._ready.is_set():
+            # asyncio.timeout, not wait_for: no task of its own, so a wake-up is one
+            # step of the event loop, not three
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), max(0.0, timeout))
+                async with asyncio.timeout(max(0.0, timeout)):
+                    await self._ready.wait()
         return self._ready.is_set()
 
     def take(self) -> tuple[list[Event], bool]:
@@ -145,6 +153,17 @@ class Follower:
 _followers: weakref.WeakKeyDictionary[
     Store, dict[tuple[str, asyncio.AbstractEventLoop], Follower]
 ] = weakref.WeakKeyDictionary()
+
+
+def tell(store: Store, room: str, events: list[Event]) -> None:
+    """Hand ``events``, just appended to ``room`` by this process, to this event loop's
+    subscriptions now (see the module's docstring)."""
+    follower = _followers.get(store, {}).get((room, asyncio.get_running_loop()))
+    if follower is None:
+        return
+    for event in events:
+        for subscription in list(follower.subscriptions):
+            subscription._deliver(event)
 
 
 @contextlib.asynccontextmanager

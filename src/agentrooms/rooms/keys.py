@@ -10,7 +10,7 @@ set ``ready``          ids of tasks whose dependencies are all done and nobody h
 set ``leased``         ids of claimed tasks, scanned for expired leases
 ``lock/<name>``        the current holder of a named lock (expires with its TTL)
 ``lockfence/<name>``   the lock's fencing counter: never expires, never decreases
-``lockq/<name>/<tok>`` an agent queued for the lock (expires unless refreshed)
+``lockq/<name>/<id>``  an agent queued for the lock (expires unless refreshed)
 ``cursor/<agent>``     the agent's position in the room's event log
 ``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
 ``doc/<name>``         a versioned document
@@ -62,8 +62,9 @@ def lock_queue(name: str) -> str:
     return f"lockq/{name}/"
 
 
-def lock_waiter(name: str, token: str) -> str:
-    return f"lockq/{name}/{token}"
+def lock_waiter(name: str, waiter: str) -> str:
+    """A queue entry, named by the waiter's public id (its secret token is in the value)."""
+    return f"lockq/{name}/{waiter}"
 
 
 def cursor(agent: str) -> str:

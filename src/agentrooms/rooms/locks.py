@@ -31,9 +31,19 @@ one write each, and fall back to the commit loop when a guess was wrong:
   the token it knows; joining the line of a lock it believes held is one write that
   compares the lock present. A wrong belief fails that compare and costs one write more;
   it never grants anything;
-* a release is a scan of the line and one write, which compares the holder record's
-  fencing token with the caller's (fails: the grant is gone, ``False``) and the head of
-  the line present (fails: it left, scan again).
+* a release is one write, which compares the holder record's fencing token with the
+  caller's (fails: the grant is gone, ``False``) and the head of the line present
+  (fails: it left, try the next). Finding the head costs a scan of the line, but not
+  once per handoff: a handoff event names the waiters behind the new holder, in order
+  (up to :data:`LINE` of them), and the new holder reads just the first of those that
+  is still there, while it holds the lock. A line of n waiters costs one scan per
+  :data:`LINE` handoffs instead of one per handoff, and decodes two entries per
+  handoff instead of n.
+
+Why a named waiter is still the head when the release finds it present: the names come
+from a scan sorted by ticket (the version a waiter's entry got when it joined), and
+anyone who joined after that scan has a later ticket than every waiter it saw. So the
+waiters a handoff names, less the ones that left, are always the front of the line.
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ from typing import Any
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
-from agentrooms.rooms.follow import follow
+from agentrooms.rooms.follow import follow, tell
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import (
     Absent,
@@ -71,6 +81,8 @@ DEFAULT_TTL = 30.0
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
 EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks again
 SEEN = 4096  # locks per store handle whose state this process remembers
+LINE = 16  # waiters behind the new holder that a handoff event names, in order
+NAMED_READ = 2  # named waiters read at once while looking for the first still in line
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,16 @@ class LockInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class _Line:
+    """The front of a lock's line: the entry of the longest waiting live agent (``None``:
+    nobody waits), and the public ids of the waiters behind it, in order (a prefix of
+    the line; they may have left since)."""
+
+    head: Record | None
+    behind: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Seen:
     """What this process last learned of a lock: a guess that picks which one-write path
     to try first. A stale guess fails that write's compare; it never grants anything."""
@@ -104,9 +126,9 @@ class _Seen:
     held: bool
     fence: int  # the newest fencing token seen
     until: float | None = None  # local monotonic time the holder's lease runs out, if known
-    # for a grant of ours that came from the line: the head of the line, looked up while
+    # for a grant of ours that came from the line: the front of the line, looked up while
     # we hold the lock, so that our release is one write (the write compares it present)
-    head: asyncio.Task[Record | None] | None = None
+    line: asyncio.Task[_Line] | None = None
 
 
 _seen: weakref.WeakKeyDictionary[Store, dict[tuple[str, str], _Seen]] = weakref.WeakKeyDictionary()
@@ -194,11 +216,10 @@ class Locks:
         return await self._take_read(name, owner, ttl, token)
 
     async def _take_read(
-        self, name: str, owner: str, ttl: float, token: str, *, in_line: bool = False
+        self, name: str, owner: str, ttl: float, token: str, queued: str | None = None
     ) -> Lock:
         """The commit loop's take: read the lock, grant it if free (removing our queue
-        entry when ``in_line``), raise ``LockHeld`` naming the holder if not."""
-        queued = keys.lock_waiter(name, token)
+        entry ``queued``, if given), raise ``LockHeld`` naming the holder if not."""
         seen: list[_Seen] = []
 
         def take(view: View, _: None) -> Change:
@@ -209,13 +230,13 @@ class Locks:
                 raise LockHeld(name, held.value["owner"])
             holder = _holder(owner, token, fence + 1, ttl)
             writes = _grant(name, holder)
-            if in_line and view.exists(queued):
+            if queued is not None and view.exists(queued):
                 writes.append(Delete(queued))
             return Change(writes=writes, result={"holder": holder, "now": view.now})
 
         try:
             done = await self._scope.commit(
-                take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if in_line else [])]
+                take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if queued else [])]
             )
         except LockHeld:
             self._saw(name, seen[0])
@@ -264,10 +285,11 @@ class Locks:
         if seen is None or not seen.held:
             with contextlib.suppress(LockHeld):
                 return await self._take(name, owner, ttl, token)
-        # The waiter's name in handoff events: not its token, which proves the grant.
+        # The waiter's public name, in its entry's key and in handoff events: not its
+        # token, which proves the grant.
         waiter = uuid.uuid4().hex
         entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl, "waiter": waiter}
-        queued = keys.lock_waiter(name, token)
+        queued = keys.lock_waiter(name, waiter)
 
         def concerns_me(event: Event) -> bool:
             data = event.data
@@ -279,7 +301,7 @@ class Locks:
 
         # Subscribed before joining the line, so every release after the join wakes us.
         async with follow(self._scope.store, self._scope.room, concerns_me) as woken:
-            joined = await self._join(name, owner, ttl, token, entry)
+            joined = await self._join(name, owner, ttl, token, entry, queued)
             if isinstance(joined, Lock):
                 return joined
             entry["ticket"] = joined  # place in line, kept across refreshes
@@ -289,7 +311,7 @@ class Locks:
             look = holder_until is None  # unknown holder expiry: read the lock once
             while True:
                 if look:
-                    looked = await self._look(name, owner, ttl, token)
+                    looked = await self._look(name, owner, ttl, token, queued)
                     if isinstance(looked, Lock):
                         return looked
                     holder_until, look = looked, False
@@ -297,8 +319,10 @@ class Locks:
                 if now >= deadline:
                     return await self._give_up(name, owner, token, queued)
                 if now >= refresh_at:
-                    await self._scope.transact(writes=[Put(queued, entry, ttl=WAITER_TTL)])
-                    refresh_at = now + WAITER_TTL / 3
+                    mine = await self._refresh(name, owner, ttl, token, entry, queued)
+                    if mine is not None:
+                        return mine
+                    refresh_at = time.monotonic() + WAITER_TTL / 3
                 wait = min(deadline, refresh_at) - now
                 if holder_until is not None:  # a dead holder's lock expires silently
                     wait = min(wait, max(0.0, holder_until - now) + EXPIRY_SLACK)
@@ -313,17 +337,17 @@ class Locks:
                         # the store's clock (no need to read the lock back)
                         holder = _holder(owner, token, event.data["fence"], ttl)
                         lock = self._lock(name, holder, event.time + ttl)
-                        head = self._look_up_head(name)
-                        self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, head))
+                        line = self._look_up_line(name, _named(event.data.get("line")))
+                        self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
                         return lock
                 look = True  # released, or the follower lost track: read the lock
 
     async def _join(
-        self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any]
+        self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any], queued: str
     ) -> Lock | int:
         """Get in line for a held lock (one write that compares it present), or take
         it if it is free: the lock, or the ticket (the version our entry got)."""
-        queued = keys.lock_waiter(name, token)
+        entry.pop("ticket", None)  # a new place in line: the ticket is the version
         while True:
             try:
                 joined = await self._scope.transact(
@@ -337,7 +361,32 @@ class Locks:
                 continue
             return joined.versions[queued]
 
-    async def _look(self, name: str, owner: str, ttl: float, token: str) -> Lock | float | None:
+    async def _refresh(
+        self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any], queued: str
+    ) -> Lock | None:
+        """Renew our entry's expiry: ``None``, still in line. The write compares the
+        entry present, so that a refresh racing the handoff that deleted it cannot put it
+        back (the new holder would find itself at the head of the line). If it is gone,
+        we were handed the lock (returned), or dropped out of the line by stalling past
+        ``WAITER_TTL``: then we get in line again, at the back."""
+        try:
+            await self._scope.transact([Present(queued)], [Put(queued, entry, ttl=WAITER_TTL)])
+        except VersionConflict:
+            pass
+        else:
+            return None
+        looked = await self._look(name, owner, ttl, token, queued)
+        if isinstance(looked, Lock):
+            return looked
+        joined = await self._join(name, owner, ttl, token, entry, queued)
+        if isinstance(joined, Lock):
+            return joined
+        entry["ticket"] = joined
+        return None
+
+    async def _look(
+        self, name: str, owner: str, ttl: float, token: str, queued: str
+    ) -> Lock | float | None:
         """Read the lock: ours (handed over), or free and now taken, or held by another
         until a local monotonic time (``None``: without expiry)."""
         while True:
@@ -348,7 +397,7 @@ class Locks:
             if held is not None:
                 return _local(held.expires_at, snap.now)
             with contextlib.suppress(LockHeld):
-                return await self._take_read(name, owner, ttl, token, in_line=True)
+                return await self._take_read(name, owner, ttl, token, queued)
 
     async def _give_up(self, name: str, owner: str, token: str, queued: str) -> Lock:
         await self._scope.transact(writes=[Delete(queued)])
@@ -366,37 +415,40 @@ class Locks:
         waiting queued agent; ``False`` if it had expired or changed hands (the new
         holder's lock is left untouched)."""
         seen = self._seen_of(lock.name)
-        ahead = None if seen is None or seen.fence != lock.fence else seen.head
+        ahead = None if seen is None or seen.fence != lock.fence else seen.line
+        line = await self._front(lock.name, ahead)
         while True:
-            head = await self._head(lock.name, ahead)
-            ahead = None
             try:
-                await self._release(lock, head)
+                await self._release(lock, line)
             except StaleFence:
                 await self._scope.read([])  # NotFound if the room itself is gone
                 return False
             except VersionConflict as exc:
-                if head is None or head.key not in exc.conflicts:
+                if line.head is None or line.head.key not in exc.conflicts:
                     raise
-                continue  # the head of the line left between the scan and the write
-            if head is None:
+                # the head left between the lookup and the write: the next one named
+                line = await self._next_of(lock.name, line.behind)
+                continue
+            if line.head is None:
                 self._saw(lock.name, _Seen(False, lock.fence))
             else:
-                ttl = head.value["ttl"]
+                ttl = line.head.value["ttl"]
                 self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
             return True
 
-    async def _release(self, lock: Lock, head: Record | None) -> TransactResult:
+    async def _release(self, lock: Lock, line: _Line) -> TransactResult:
         """One write: release ``lock`` (its holder record still carries its fencing
-        token, or ``StaleFence``), handing it to the waiter ``head`` if it is still in
-        line (else ``VersionConflict`` naming it)."""
+        token, or ``StaleFence``), handing it to the waiter at the head of ``line`` if it
+        is still there (else ``VersionConflict`` naming it)."""
         mine = FenceAtMost(keys.lock(lock.name), lock.fence)
+        head = line.head
         if head is None:
-            return await self._scope.transact(
-                [mine],
-                [Delete(keys.lock(lock.name))],
-                [Append("lock.released", {"lock": lock.name, "owner": lock.owner})],
+            data: dict[str, Any] = {"lock": lock.name, "owner": lock.owner}
+            done = await self._scope.transact(
+                [mine], [Delete(keys.lock(lock.name))], [Append("lock.released", data)]
             )
+            self._tell(Event(done.seqs[0], "lock.released", data, done.now))
+            return done
         nxt = head.value
         # While ``mine`` holds, the counter is at our token: the next one is ours + 1.
         holder = _holder(nxt["owner"], nxt["token"], lock.fence + 1, nxt["ttl"])
@@ -407,37 +459,61 @@ class Locks:
             "fence": holder["fence"],
             "ticket": nxt.get("ticket", head.version),
             "waiter": nxt.get("waiter"),
+            "line": list(line.behind[:LINE]),
         }
-        return await self._scope.transact(
+        done = await self._scope.transact(
             [mine, Present(head.key)],
             [*_grant(lock.name, holder), Delete(head.key)],
             [Append("lock.handoff", data)],
         )
+        self._tell(Event(done.seqs[0], "lock.handoff", data, done.now))
+        return done
 
-    def _look_up_head(self, name: str) -> asyncio.Task[Record | None]:
-        task = asyncio.get_running_loop().create_task(self._head(name))
+    def _tell(self, event: Event) -> None:
+        """The waiters of this process learn of ``event`` now, not when the reader of the
+        log gets it."""
+        tell(self._scope.store, self._scope.room, [event])
+
+    def _look_up_line(self, name: str, named: tuple[str, ...]) -> asyncio.Task[_Line]:
+        task = asyncio.get_running_loop().create_task(self._next_of(name, named))
         task.add_done_callback(_retrieve)  # a failure costs the release one scan
         return task
 
-    async def _head(
-        self, name: str, ahead: asyncio.Task[Record | None] | None = None
-    ) -> Record | None:
-        """The queue entry of the longest waiting live agent (lowest ticket), if any.
-
-        Only this entry is compared in the release's write, so other waiters refreshing
-        their entries or joining meanwhile do not make it conflict; a waiter that joins
-        after the scan has a later ticket anyway. ``ahead``: the same scan started while
-        the lock was held; a head it found is still the first in line if the write finds
-        it present (anyone joining since is behind it); if it found none, scan again."""
+    async def _front(self, name: str, ahead: asyncio.Task[_Line] | None = None) -> _Line:
+        """The front of the line: ``ahead`` (the lookup started while the lock was held)
+        if it found a head, else a scan of the line."""
         if ahead is not None and ahead.get_loop() is asyncio.get_running_loop():
             with contextlib.suppress(Exception):
                 found = await ahead
-                if found is not None:
+                if found.head is not None:
                     return found
-        page = await self._scope.store.scan(self._scope.room, keys.lock_queue(name), None, 1000)
+        return await self._scan_line(name)
+
+    async def _next_of(self, name: str, named: tuple[str, ...]) -> _Line:
+        """The front of the line, given ``named``: waiters known to be its front, in
+        order (from a handoff event, or left over from a lookup). The first of them still
+        in line is the head (see the module's docstring); when none is, scan."""
+        while named:
+            batch, named = named[:NAMED_READ], named[NAMED_READ:]
+            entries = [keys.lock_waiter(name, waiter) for waiter in batch]
+            snap = await self._scope.read(entries)
+            for i, key in enumerate(entries):
+                record = snap.get(key)
+                if record is not None:
+                    return _Line(record, (*batch[i + 1 :], *named))
+        return await self._scan_line(name)
+
+    async def _scan_line(self, name: str) -> _Line:
+        """The whole line, read: its head is the entry of the longest waiting live agent
+        (lowest ticket). Only the head is compared in the release's write, so other
+        waiters refreshing their entries or joining meanwhile do not make it conflict; a
+        waiter that joins after the scan has a later ticket anyway."""
+        queue = keys.lock_queue(name)
+        page = await self._scope.store.scan(self._scope.room, queue, None, 1000)
         if not page.records:
-            return None
-        return min(page.records, key=lambda r: (r.value.get("ticket", r.version), r.key))
+            return _Line(None)
+        ordered = sorted(page.records, key=lambda r: (r.value.get("ticket", r.version), r.key))
+        return _Line(ordered[0], tuple(r.key[len(queue) :] for r in ordered[1 : LINE + 1]))
 
     # ------------------------------------------------------------------- the rest
 
@@ -497,6 +573,13 @@ def _local(expires_at: float | None, store_now: float) -> float | None:
     return None if expires_at is None else time.monotonic() + max(0.0, expires_at - store_now)
 
 
-def _retrieve(task: asyncio.Task[Record | None]) -> None:
+def _named(line: object) -> tuple[str, ...]:
+    """The waiter ids a handoff event names (nothing, from a writer that named none)."""
+    if not isinstance(line, list):
+        return ()
+    return tuple(waiter for waiter in line if isinstance(waiter, str))
+
+
+def _retrieve(task: asyncio.Task[_Line]) -> None:
     if not task.cancelled():
         task.exception()
