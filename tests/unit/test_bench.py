@@ -114,6 +114,42 @@ def test_quick_on_sqlite(tmp_path: Path) -> None:
     assert "sqlite" in json.loads((out / "meta.json").read_text())["stores"]
 
 
+def test_event_sourcing_peers_on_sqlite_with_one_and_several_writers(tmp_path: Path) -> None:
+    """Our aggregate store, our room log and ``eventsourcing`` append the same events,
+    by one writer and by EVENT_WRITERS at once; every cell checks none was lost."""
+    pytest.importorskip("eventsourcing")
+    from agentrooms.bench.peers import EVENT_WRITERS
+
+    out = tmp_path / "events"
+    code, output = bench(
+        "--quick",
+        "--backends",
+        "sqlite",
+        "--out",
+        str(out),
+        "--policies",
+        "log",
+        "--writers",
+        "1",
+        "--think",
+        "0",
+        "--lock-agents",
+        "2",
+        *TINY,
+    )
+    assert code == 0, output
+    events = [c for c in cells(out) if c["kind"] == "peer" and c["group"] == "events"]
+    got = {(c["impl"], c["agents"]) for c in events}
+    impls = ("ours-aggregate", "ours-log", "eventsourcing")
+    assert got == {(impl, n) for impl in impls for n in (1, EVENT_WRITERS)}
+    for cell in events:
+        check = cell["check"]
+        assert isinstance(check, dict) and check["acked"] == 200, cell
+        assert check["lost"] == 0 and check["duplicated"] == 0, cell
+    summary = (out / "summary.md").read_text()
+    assert f"| sqlite | eventsourcing | {EVENT_WRITERS} | 200 |" in summary
+
+
 def test_a_policy_that_loses_updates_fails_the_run(tmp_path: Path) -> None:
     out = tmp_path / "blind"
     code, output = bench(

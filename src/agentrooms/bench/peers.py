@@ -10,10 +10,13 @@
   (1 = perfectly even, 1/N = one agent got everything), p99 wait.
 * **Event sourcing** (SQLite and PostgreSQL): one writer appends ``events`` events one
   per call to one stream, then reads the stream back (full replay, no snapshots) five
-  times. Ours: ``sourcing.Aggregates`` (append with ``expected_version``) and the room
-  log (``transact`` appends, ``read_log``); peer: pyeventsourcing's ``eventsourcing``
-  (``Application.save`` / ``repository.get``) on the same database (SQLite: a file beside
-  ours; PostgreSQL: the run's temporary database).
+  times; then ``EVENT_WRITERS`` writers append the same number of events between them,
+  concurrently, one event per call (no read-back timed; the check reads every stream).
+  Ours: ``sourcing.Aggregates`` (append with ``expected_version``; one stream per
+  writer) and the room log (``transact`` appends, ``read_log``; one log that all writers
+  append to); peer: pyeventsourcing's ``eventsourcing`` (``Application.save`` /
+  ``repository.get``; one aggregate per writer, each writer on its own thread) on the
+  same database (SQLite: a file beside ours; PostgreSQL: the run's temporary database).
 * **Checkpoints** (PostgreSQL): LangGraph's ``AsyncPostgresSaver.aput`` against our
   ``commit`` writing the same checkpoint payload, 1 and 8 writers, each on its own thread
   (LangGraph's unit of state), closed loop; the check counts the checkpoints stored.
@@ -49,6 +52,7 @@ from agentrooms.store import Append, Put
 __all__ = ["PeerSpec", "peer_specs", "run_peer"]
 
 HOLD = 0.001  # seconds a lock is held
+EVENT_WRITERS = 8  # the concurrent writers of the event-sourcing cells, besides one
 POLL_STEP = 0.01  # our polling lock's first sleep (then 2x, 3x...)
 
 
@@ -103,7 +107,8 @@ def peer_specs(
         else:
             events.append("eventsourcing")
         for rep in reps:
-            specs += [PeerSpec(name, "events", impl, 1, rep) for impl in events]
+            for writers in (1, EVENT_WRITERS):
+                specs += [PeerSpec(name, "events", impl, writers, rep) for impl in events]
     if name == "postgres":
         ckpt = ["ours-commit"]
         if not installed("langgraph.checkpoint.postgres"):
@@ -411,52 +416,55 @@ READS = 5
 
 async def _events(spec: PeerSpec, target: Target, settings: Settings) -> _Peer:
     count = _event_count(settings)
+    writers = spec.agents
+    per = count // writers
     if spec.impl == "eventsourcing":
-        return await asyncio.to_thread(_eventsourcing, target, count)
+        return await asyncio.to_thread(_eventsourcing, target, writers, per)
     records: list[OpRecord] = []
     store = (await target.handles(1))[0]
     room = unique("bench-events")
     origin = time.perf_counter()
     elapsed: dict[str, float] = {}
-    state = 0
-    if spec.impl == "ours-aggregate":
-        aggs = Aggregates(store, room, _counter_aggregate())
-        began = time.perf_counter()
-        for n in range(count):
+    aggs = Aggregates(store, room, _counter_aggregate())
+
+    async def append(writer: int) -> None:
+        for n in range(per):
             t0 = time.perf_counter()
-            await aggs.append("c1", [DomainEvent("Incremented", 1, {"by": 1})], expected_version=n)
+            if spec.impl == "ours-aggregate":
+                events = [DomainEvent("Incremented", 1, {"by": 1})]
+                await aggs.append(f"c{writer}", events, expected_version=n)
+            else:
+                await store.transact(room, appends=[Append("Incremented/v1", {"by": 1})])
             records.append(
-                OpRecord("peer", "append", 0, t0 - origin, time.perf_counter() - t0, "ok")
+                OpRecord("peer", "append", writer, t0 - origin, time.perf_counter() - t0, "ok")
             )
-        elapsed["append"] = time.perf_counter() - began
+
+    async def state() -> int:
+        """Every increment stored: the streams replayed, or the log read through."""
+        if spec.impl == "ours-aggregate":
+            loads = [aggs.load(f"c{w}", snapshots=False) for w in range(writers)]
+            return sum(loaded.state for loaded in await asyncio.gather(*loads))
+        total, after = 0, 0
+        while True:
+            events = await store.read_log(room, after, 1000)
+            total += sum(int(e.data["by"]) for e in events)
+            if len(events) < 1000:
+                return total
+            after = events[-1].seq
+
+    began = time.perf_counter()
+    await asyncio.gather(*(append(w) for w in range(writers)))
+    elapsed["append"] = time.perf_counter() - began
+    if writers == 1:  # read-back is timed with one stream
         began = time.perf_counter()
         for _ in range(READS):
             t0 = time.perf_counter()
-            state = (await aggs.load("c1", snapshots=False)).state
+            total = await state()
             records.append(OpRecord("peer", "read", 0, t0 - origin, time.perf_counter() - t0, "ok"))
         elapsed["read"] = time.perf_counter() - began
     else:
-        began = time.perf_counter()
-        for _ in range(count):
-            t0 = time.perf_counter()
-            await store.transact(room, appends=[Append("Incremented/v1", {"by": 1})])
-            records.append(
-                OpRecord("peer", "append", 0, t0 - origin, time.perf_counter() - t0, "ok")
-            )
-        elapsed["append"] = time.perf_counter() - began
-        began = time.perf_counter()
-        for _ in range(READS):
-            t0 = time.perf_counter()
-            state, after = 0, 0
-            while True:
-                events = await store.read_log(room, after, 1000)
-                state += sum(int(e.data["by"]) for e in events)
-                if len(events) < 1000:
-                    break
-                after = events[-1].seq
-            records.append(OpRecord("peer", "read", 0, t0 - origin, time.perf_counter() - t0, "ok"))
-        elapsed["read"] = time.perf_counter() - began
-    return _Peer(records, elapsed, _check(count, state), {"events": count})
+        total = await state()
+    return _Peer(records, elapsed, _check(per * writers, total), {"events": per * writers})
 
 
 @functools.cache
@@ -478,7 +486,7 @@ def _es_counter() -> Any:
     return Counter
 
 
-def _eventsourcing(target: Target, count: int) -> _Peer:
+def _eventsourcing(target: Target, writers: int, per: int) -> _Peer:
     from eventsourcing.application import Application
 
     Counter = _es_counter()
@@ -502,28 +510,49 @@ def _eventsourcing(target: Target, count: int) -> _Peer:
     records: list[OpRecord] = []
     elapsed: dict[str, float] = {}
     origin = time.perf_counter()
-    state = 0
+    guard = threading.Lock()
     try:
-        counter = Counter()
-        app.save(counter)
-        began = time.perf_counter()
-        for _ in range(count):
-            t0 = time.perf_counter()
-            counter.increment(1)
+        counters = [Counter() for _ in range(writers)]
+        for counter in counters:
             app.save(counter)
-            records.append(
-                OpRecord("peer", "append", 0, t0 - origin, time.perf_counter() - t0, "ok")
-            )
-        elapsed["append"] = time.perf_counter() - began
+
+        def append(writer: int) -> None:
+            counter, mine = counters[writer], []
+            for _ in range(per):
+                t0 = time.perf_counter()
+                counter.increment(1)
+                app.save(counter)
+                mine.append(
+                    OpRecord("peer", "append", writer, t0 - origin, time.perf_counter() - t0, "ok")
+                )
+            with guard:
+                records.extend(mine)
+
+        threads = [threading.Thread(target=append, args=(w,)) for w in range(writers)]
         began = time.perf_counter()
-        for _ in range(READS):
-            t0 = time.perf_counter()
-            state = app.repository.get(counter.id).n
-            records.append(OpRecord("peer", "read", 0, t0 - origin, time.perf_counter() - t0, "ok"))
-        elapsed["read"] = time.perf_counter() - began
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed["append"] = time.perf_counter() - began
+
+        def state() -> int:
+            return sum(int(app.repository.get(c.id).n) for c in counters)
+
+        if writers == 1:
+            began = time.perf_counter()
+            for _ in range(READS):
+                t0 = time.perf_counter()
+                total = state()
+                records.append(
+                    OpRecord("peer", "read", 0, t0 - origin, time.perf_counter() - t0, "ok")
+                )
+            elapsed["read"] = time.perf_counter() - began
+        else:
+            total = state()
     finally:
         app.close()
-    return _Peer(records, elapsed, _check(count, state), {"events": count})
+    return _Peer(records, elapsed, _check(per * writers, total), {"events": per * writers})
 
 
 # ------------------------------------------------------------------------ checkpoints

@@ -365,11 +365,12 @@ def peer_rows(peers: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                 "lost": sum(c["check"]["lost"] + c["check"]["duplicated"] for c in cells),
             }
         )
-    for (backend, impl, _), cells in _peer_groups(peers, "events").items():
+    for (backend, impl, agents), cells in _peer_groups(peers, "events").items():
         rows["events"].append(
             {
                 "backend": backend,
                 "impl": impl,
+                "writers": agents,
                 "events": _median(c["extra"]["events"] for c in cells),
                 "appends_per_s": _phase(cells, "append", "goodput"),
                 "append_p50_s": _phase(cells, "append", "p50"),
@@ -416,15 +417,15 @@ def _peer_markdown(peers: list[dict[str, Any]], notes: list[str]) -> list[str]:
         lines.append("")
     if rows["events"]:
         lines += [
-            "### Event sourcing (1 writer, one event per append, then full read-back)",
+            "### Event sourcing (one event per append; with 1 writer, then a full read-back)",
             "",
-            "| backend | implementation | events | appends/s | append p50 ms | append p99 ms "
-            "| read-back ms | lost |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            "| backend | implementation | writers | events | appends/s | append p50 ms "
+            "| append p99 ms | read-back ms | lost |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows["events"]:
             lines.append(
-                f"| {r['backend']} | {r['impl']} | {_num(r['events'], 0)} | "
+                f"| {r['backend']} | {r['impl']} | {r['writers']} | {_num(r['events'], 0)} | "
                 f"{_rate(r['appends_per_s'])} | {_ms(r['append_p50_s'])} | "
                 f"{_ms(r['append_p99_s'])} | {_ms(r['read_back_s'])} | {r['lost']} |"
             )
@@ -527,7 +528,15 @@ def print_report(report: Report, console: Console, notes: list[str]) -> None:
         console.print(table)
     if rows["events"]:
         table = Table(title="event sourcing", title_justify="left")
-        for col in ("backend", "implementation", "events", "appends/s", "p99 ms", "read-back ms"):
+        for col in (
+            "backend",
+            "implementation",
+            "writers",
+            "events",
+            "appends/s",
+            "p99 ms",
+            "read-back ms",
+        ):
             table.add_column(
                 col, justify="left" if col in ("backend", "implementation") else "right"
             )
@@ -535,6 +544,7 @@ def print_report(report: Report, console: Console, notes: list[str]) -> None:
             table.add_row(
                 r["backend"],
                 r["impl"],
+                str(r["writers"]),
                 _num(r["events"], 0),
                 _rate(r["appends_per_s"]),
                 _ms(r["append_p99_s"]),
