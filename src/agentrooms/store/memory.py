@@ -5,7 +5,9 @@ State lives in one process and is lost when the process exits. Every public call
 without awaiting in between, so each is atomic with respect to other coroutines.
 
 ``clock`` (seconds since the epoch) can be replaced, so expiry is testable without
-sleeping.
+sleeping. An expired record is absent at once; a write to its room deletes it later
+(up to :data:`PURGE_LIMIT` per write, oldest first), so that records written with a TTL
+do not accumulate, as on the other backends.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,6 +37,8 @@ from agentrooms.store.base import (
     decode_json,
     ms_to_s,
 )
+
+PURGE_LIMIT = 32  # expired rows a write deletes, at most
 
 
 @dataclass(slots=True)
@@ -91,6 +96,19 @@ class _Room:
     low: int = 1  # first sequence number not trimmed
     sets: dict[str, _Set] = field(default_factory=dict)
     changed: asyncio.Event | None = None  # set and replaced on every append (watch)
+    # (expires_ms, key) of every put with a TTL, soonest first; an entry whose row has
+    # since been rewritten or deleted is dropped when it comes up
+    expiring: list[tuple[int, str]] = field(default_factory=list)
+
+    def purge(self, now_ms: int, limit: int) -> None:
+        """Delete up to ``limit`` rows that expired by ``now_ms``, oldest first."""
+        while limit and self.expiring and self.expiring[0][0] <= now_ms:
+            expires, key = heapq.heappop(self.expiring)
+            row = self.rows.get(key)
+            if row is not None and row.expires_ms == expires:
+                del self.rows[key]
+                self.keys.pop(bisect.bisect_left(self.keys, key))
+                limit -= 1
 
 
 class MemoryStore(Store):
@@ -147,6 +165,8 @@ class MemoryStore(Store):
 
         check_compares(ops.compares, current)
         versions: dict[str, int] = {}
+        if ops.writes:
+            state.purge(now_ms, PURGE_LIMIT)
         for w in ops.writes:
             if w.value_json is None:
                 if state.rows.pop(w.key, None) is not None:
@@ -157,6 +177,8 @@ class MemoryStore(Store):
             if w.key not in state.rows:
                 bisect.insort(state.keys, w.key)
             state.rows[w.key] = _Row(w.value_json, self._version, expires)
+            if expires is not None:
+                heapq.heappush(state.expiring, (expires, w.key))
             versions[w.key] = self._version
         for op in ops.set_ops:
             members = state.sets.setdefault(op.name, _Set())
@@ -244,6 +266,7 @@ class MemoryStore(Store):
             return
         state.rows.clear()
         state.keys.clear()
+        state.expiring.clear()
         state.sets.clear()
         state.log.clear()
         state.low = state.seq + 1

@@ -38,6 +38,12 @@ CREATE TABLE records (
     PRIMARY KEY (room, key)
 ) WITH (fillfactor = 85);
 
+-- Expired records, oldest first within a room: what the writes of a room delete a few at a
+-- time (see transact(), step 6b), so that a record written with a TTL, a command outcome
+-- kept for its retention window or a lock's queue entry left by a dead waiter does not
+-- stay in the table for good once it is absent to every read.
+CREATE INDEX records_expiry ON records (room, expires_at) WHERE expires_at IS NOT NULL;
+
 -- One row per room that has appended: the last sequence number given (seq) and the first
 -- one still readable (low). Only appending transacts, trim_log and delete_room lock it.
 CREATE TABLE rooms (
@@ -172,7 +178,9 @@ $$;
 -- (append_lock) and the room's row, after which nothing is waited for. All are held to
 -- commit. Items are applied one after the other only once all their rows are locked,
 -- and set operations and appends are applied for the whole batch at the end, so a batch
--- takes its locks in this order as a lone transact does. The other writers take locks
+-- takes its locks in this order as a lone transact does. A batch that writes records
+-- then deletes up to 32 expired records of the room, locking only rows nobody else holds
+-- (SKIP LOCKED) and so never waiting for them. The other writers take locks
 -- that fit this order (delete_room: the advisory lock exclusively, first) or never wait
 -- while holding one (compare_and_set: one row; set_pick: SKIP LOCKED; trim_log: the
 -- room's row, then events only it and appenders holding that row touch), so no cycle of
@@ -460,6 +468,27 @@ BEGIN
                 ON CONFLICT (room, name, member) DO NOTHING;
         END IF;
     END LOOP;
+
+    -- 6b. Expired records of the room, a few per writing batch (as on SQLite): the
+    --     oldest 32 that nobody holds a lock on. Never waits (SKIP LOCKED), so it adds
+    --     no edge to the lock order above; a row it skips is deleted by a later write.
+    --     Rows of this batch's own keys are never among them: what it puts expires
+    --     after v_now, and what it only compares is absent either way once expired.
+    --     One primary-key delete per row found (a statement keyed by a list of row ids
+    --     or keys would be planned generically, as every statement here is, and could
+    --     scan the table); when nothing has expired, this is one probe of the index.
+    IF cardinality(v_written) > 0 THEN
+        FOR v_key IN
+            SELECT r.key
+              FROM records AS r
+             WHERE r.room = p_room AND r.expires_at <= v_now
+             ORDER BY r.expires_at
+             LIMIT 32
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            DELETE FROM records WHERE room = p_room AND key = v_key.key;
+        END LOOP;
+    END IF;
 
     -- 7. Appends: lock the room's row (creating it on the first append) and take the
     --    next numbers of its sequence. The lock is held to commit, so that sequence
