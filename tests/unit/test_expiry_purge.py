@@ -17,7 +17,8 @@ import uuid
 import asyncpg
 
 from agentrooms.store import Append, Delete, Put, open_store
-from agentrooms.store.memory import PURGE_LIMIT, MemoryStore
+from agentrooms.store.base import PURGE_LIMIT
+from agentrooms.store.memory import MemoryStore
 from agentrooms.store.postgres.backend import PostgresStore
 
 
@@ -94,7 +95,7 @@ async def test_postgres_writes_purge_a_few_expired_rows_of_their_room(postgres_u
         await store.transact(room, appends=[Append("no records written")])
         assert await _pg_rows(postgres_url, room) == 41
         await store.transact(room, writes=[Put("x", 1)])
-        assert await _pg_rows(postgres_url, room) == 42 - 32
+        assert await _pg_rows(postgres_url, room) == 42 - PURGE_LIMIT
         await store.transact(room, writes=[Delete("x")])
         assert await _pg_rows(postgres_url, room) == 1  # "keep", not expired
         assert await _pg_rows(postgres_url, "other-" + room) == 1

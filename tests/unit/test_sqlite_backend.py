@@ -26,10 +26,10 @@ from agentrooms.store import (
     VersionIs,
     open_store,
 )
-from agentrooms.store.base import Compare, Prepared, PreparedWrite
+from agentrooms.store.base import PURGE_LIMIT, Compare, Prepared, PreparedWrite
 from agentrooms.store.sqlite.backend import SqliteStore
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
-from agentrooms.store.sqlite.operations import PURGE_LIMIT, Operations, prefix_end
+from agentrooms.store.sqlite.operations import Operations, prefix_end
 from agentrooms.store.sqlite.sql import QUERIES, migrate
 from agentrooms.store.sqlite.worker import POLL_INTERVAL
 

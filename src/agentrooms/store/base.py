@@ -42,6 +42,10 @@ JSON: TypeAlias = Any
 MAX_TTL = 10 * 365 * 86_400.0
 """The longest TTL a record may have (ten years), within every backend's clock range."""
 
+PURGE_LIMIT = 32
+"""Expired records a write deletes from its room, at most, oldest first (SQLite and memory;
+PostgreSQL's ``transact()`` has the same number in its SQL; Redis expires keys itself)."""
+
 FENCE_FIELD = "fence"
 """The top-level field of a record's JSON object that holds its fencing token."""
 

@@ -5,9 +5,9 @@ State lives in one process and is lost when the process exits. Every public call
 without awaiting in between, so each is atomic with respect to other coroutines.
 
 ``clock`` (seconds since the epoch) can be replaced, so expiry is testable without
-sleeping. An expired record is absent at once; a write to its room deletes it later
-(up to :data:`PURGE_LIMIT` per write, oldest first), so that records written with a TTL
-do not accumulate, as on the other backends.
+sleeping. An expired record is absent at once; a write to its room deletes it later (up
+to :data:`~agentrooms.store.base.PURGE_LIMIT` per write, oldest first), so that records
+written with a TTL do not accumulate, as on the other backends.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from agentrooms.errors import CursorCompacted
 from agentrooms.store.base import (
     JSON,
+    PURGE_LIMIT,
     Event,
     Limits,
     Prepared,
@@ -37,8 +38,6 @@ from agentrooms.store.base import (
     decode_json,
     ms_to_s,
 )
-
-PURGE_LIMIT = 32  # expired rows a write deletes, at most
 
 
 @dataclass(slots=True)

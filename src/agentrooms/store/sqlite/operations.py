@@ -23,6 +23,7 @@ from typing import Any
 from agentrooms.errors import CursorCompacted
 from agentrooms.store.base import (
     JSON,
+    PURGE_LIMIT,
     Compare,
     Event,
     FenceAtMost,
@@ -44,7 +45,6 @@ _PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "user_version")
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 _MAX_CHAR = 0x10FFFF
 _NO_UPPER_BOUND = b""  # a BLOB sorts after every TEXT value in SQLite
-PURGE_LIMIT = 32  # expired rows of a room purged per write transaction, at most
 
 
 def prefix_end(prefix: str) -> str | bytes:
