@@ -1,15 +1,18 @@
 """The Redis backend's own pieces: command packing (pure), and what the conformance suite
 cannot see from outside — watch connections, cancellation, the keys left behind by
 ``delete_room``, the set registry, pick order against the reference backend, and calls
-sent together while another is in flight."""
+the hot path's pipelined connection (:mod:`agentrooms.store.redis.wire`)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shutil
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aredis
@@ -22,12 +25,12 @@ from agentrooms.store.redis.backend import (
     MAX_SEQ,
     RedisStore,
     block_ms,
-    pack_command,
-    pack_evalsha,
     set_op_arg,
     watch_command,
 )
 from agentrooms.store.redis.keys import room_keys, split_url
+from agentrooms.store.redis.wire import Wire, pack_command, pack_evalsha
+from tests.conftest import unavailable
 
 # ----------------------------------------------------------------------------- pure
 
@@ -112,10 +115,9 @@ def _room() -> str:
 def _watch_addresses(store: RedisStore) -> set[str]:
     """``host:port`` of ``store``'s watch connections in use, as CLIENT LIST names them."""
     found = set()
-    for conn in store._watch_pool._in_use_connections:
-        writer = getattr(conn, "_writer", None)
-        if writer is not None:
-            host, port = writer.get_extra_info("sockname")[:2]
+    for wire in store._busy_watch:
+        if wire._transport is not None:
+            host, port = wire._transport.get_extra_info("sockname")[:2]
             found.add(f"{host}:{port}")
     return found
 
@@ -158,14 +160,14 @@ async def test_a_cancelled_watch_frees_its_connection_and_the_server(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert not redis_store._watch_pool._in_use_connections
+        assert not redis_store._busy_watch
         assert await _until_blocked(raw, redis_store, addresses, False)
     # the pool still works, and no stale reply is read by the next waiter
     waiting = asyncio.create_task(redis_store.watch(room, 1, 10))
     await asyncio.sleep(0.1)
     await redis_store.transact(room, appends=[Append("b"), Append("c")])
     assert await asyncio.wait_for(waiting, 5) == 3
-    assert redis_store._watchers._value == redis_store._watch_pool.max_connections
+    assert redis_store._watchers._value == redis_store._max_watchers
 
 
 async def test_a_watch_deadline_cancelling_the_read_leaks_nothing(redis_store: RedisStore) -> None:
@@ -173,8 +175,8 @@ async def test_a_watch_deadline_cancelling_the_read_leaks_nothing(redis_store: R
     for _ in range(3):
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(redis_store.watch(room, 0, 30), 0.1)
-    assert not redis_store._watch_pool._in_use_connections
-    assert redis_store._watchers._value == redis_store._watch_pool.max_connections
+    assert not redis_store._busy_watch
+    assert redis_store._watchers._value == redis_store._max_watchers
     assert await redis_store.watch(room, 0, 0.05) == 0
 
 
@@ -300,24 +302,29 @@ async def test_pick_order_matches_the_reference_backend(redis_store: RedisStore)
         assert await redis_store.set_size(room, "s") == await memory.set_size(room, "s")
 
 
-# ------------------------------------------------------------------------ pipelining
+# ------------------------------------------------------------------------ the wire
 
 
-async def test_concurrent_calls_share_connections_and_each_gets_its_own_reply(
+async def test_concurrent_calls_pipeline_on_one_connection_and_each_gets_its_own_reply(
     redis_store: RedisStore,
 ) -> None:
-    """Calls made while another is in flight are sent together on one connection: 200
-    concurrent transacts need far fewer than 200 connections, and each caller gets the
-    reply to its own command (its own key's version, its own event's number)."""
+    """200 concurrent transacts are all written before the first reply is read, on the
+    one connection of the hot path, and each caller gets the reply to its own command
+    (its own key's version, its own event's number)."""
     room = _room()
-    results = await asyncio.gather(
-        *(
+    await redis_store.read(room, [])  # dialled
+    wire = redis_store._wire
+    assert wire is not None
+    tasks = [
+        asyncio.create_task(
             redis_store.transact(room, writes=[Put(f"k{i}", i)], appends=[Append("e", i)])
-            for i in range(200)
         )
-    )
-    pool = redis_store._redis.connection_pool
-    assert len(pool._available_connections) + len(pool._in_use_connections) <= 10
+        for i in range(200)
+    ]
+    await asyncio.sleep(0)  # each task runs to its write
+    assert wire.pending == 200
+    results = await asyncio.gather(*tasks)
+    assert redis_store._wire is wire and wire.pending == 0
     snap = await redis_store.read(room, [f"k{i}" for i in range(200)])
     events = {e.seq: e.data for e in await redis_store.read_log(room, 0, 500)}
     for i, result in enumerate(results):
@@ -326,12 +333,11 @@ async def test_concurrent_calls_share_connections_and_each_gets_its_own_reply(
     assert sorted(events) == list(range(1, 201))
 
 
-async def test_an_error_reply_in_a_batch_reaches_only_its_caller(
+async def test_an_error_reply_in_a_pipeline_reaches_only_its_caller(
     redis_store: RedisStore, raw: aredis.Redis
 ) -> None:
     """A room whose meta key holds the wrong type makes the server answer its scripts
-    with an error; the other room's commands sent in the same batches get their
-    replies."""
+    with an error; the other room's commands pipelined with them get their replies."""
     broken, fine = _room(), _room()
     await raw.set(room_keys(redis_store.prefix, broken).meta, "not a hash")
     outcomes = await asyncio.gather(
@@ -352,11 +358,12 @@ async def test_an_error_reply_in_a_batch_reaches_only_its_caller(
     await raw.delete(room_keys(redis_store.prefix, broken).meta)
 
 
-async def test_a_caller_that_gives_up_leaves_the_batch_to_the_others(
+async def test_a_caller_that_gives_up_leaves_the_pipeline_in_step(
     redis_store: RedisStore,
 ) -> None:
-    """Cancelling callers whose commands wait in a batch fails none of the others, and
-    leaves no connection half-read."""
+    """Cancelling callers whose replies are still to come fails none of the others: the
+    replies of the cancelled ones are read and dropped, so every later caller still
+    gets its own."""
     room = _room()
     tasks = [
         asyncio.create_task(redis_store.transact(room, writes=[Put(f"k{i}", i)])) for i in range(50)
@@ -367,9 +374,24 @@ async def test_a_caller_that_gives_up_leaves_the_batch_to_the_others(
     done = await asyncio.gather(*tasks, return_exceptions=True)
     kept = [i for i, o in enumerate(done) if not isinstance(o, BaseException)]
     assert set(kept) >= {i for i in range(50) if i % 3 != 1}
-    for i in range(20):  # the connections still answer in order
+    for i in range(20):  # the connection still answers in order
         result = await redis_store.transact(room, writes=[Put(f"again{i}", i)])
         assert list(result.versions) == [f"again{i}"]
+
+
+async def test_a_missing_script_is_loaded_again_and_the_call_goes_through(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    """After SCRIPT FLUSH (a restart or failover does the same) the next calls get
+    NOSCRIPT on the wire, load their script again and succeed."""
+    room = _room()
+    await redis_store.transact(room, writes=[Put("before", 1)])
+    await raw.script_flush()
+    results = await asyncio.gather(
+        *(redis_store.transact(room, writes=[Put(f"k{i}", i)]) for i in range(5))
+    )
+    assert [list(r.versions) for r in results] == [[f"k{i}"] for i in range(5)]
+    assert (await redis_store.read(room, ["k4"])).value("k4") == 4
 
 
 BUSY = """
@@ -382,21 +404,20 @@ end
 """
 
 
-async def test_a_batch_cut_off_by_its_deadline_fails_every_caller(
+async def test_a_pipeline_cut_off_by_its_deadline_fails_every_caller(
     redis_url: str, raw: aredis.Redis
 ) -> None:
-    """The server stalls (a busy script) past the store's deadline while a batch waits
-    for its replies: every caller gets ``StoreUnavailable`` (outcome unknown), none
-    waits forever, and the store works again afterwards."""
+    """The server stalls (a busy script) past the store's deadline while calls wait for
+    their replies: every caller gets ``StoreUnavailable`` (outcome unknown), none waits
+    forever, the connection that stopped answering is dropped, and the store works
+    again afterwards on a new one."""
     store = await open_store(redis_url + "&socket_timeout=0.3")
     assert isinstance(store, RedisStore)
     room = _room()
     try:
-        # Two idle connections, so that the batch reaches the read (a new connection
-        # would wait out the deadline in its handshake instead).
-        await asyncio.gather(*(store.transact(room, writes=[Put(f"w{i}", i)]) for i in range(2)))
-        pool = store._redis.connection_pool
-        assert len(pool._available_connections) == 2
+        await store.transact(room, writes=[Put("w", 0)])
+        stalled = store._wire
+        assert stalled is not None
         stall = asyncio.ensure_future(raw.eval(BUSY, 0, 800_000))
         await asyncio.sleep(0.05)
         calls = [
@@ -404,7 +425,135 @@ async def test_a_batch_cut_off_by_its_deadline_fails_every_caller(
         ]
         outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 3)
         assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+        assert not stalled.usable
         await stall
         assert (await store.transact(room, writes=[Put("after", 1)])).versions
+        assert store._wire is not stalled
     finally:
         await store.close()
+
+
+async def test_a_connection_the_server_drops_is_dialled_again(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    """CLIENT KILL of the hot path's connection: the wire notices, and the next call
+    dials a new one and succeeds."""
+    room = _room()
+    await redis_store.transact(room, writes=[Put("k", 0)])
+    wire = redis_store._wire
+    assert wire is not None and wire._transport is not None
+    host, port = wire._transport.get_extra_info("sockname")[:2]
+    assert await raw.client_kill(f"{host}:{port}")
+    await asyncio.wait_for(wire.wait_closed(), 5)
+    assert not wire.usable
+    assert (await redis_store.transact(room, writes=[Put("k", 1)])).versions == {"k": 2}
+    assert redis_store._wire is not wire and redis_store._wire is not None
+    assert redis_store._wire.usable
+
+
+async def test_calls_after_close_fail_and_dial_nothing(redis_url: str) -> None:
+    store = await open_store(redis_url)
+    assert isinstance(store, RedisStore)
+    await store.transact(_room(), writes=[Put("k", 0)])
+    await store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.read(_room(), ["k"])
+    assert store._wire is not None and not store._wire.usable
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[int]:
+    """A redis-server of this test's own, on a free port, with a password: the port."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        unavailable("redis-server (the binary, to start a private server)")
+        raise AssertionError("unreachable")
+    port = _free_port()
+    process = await asyncio.create_subprocess_exec(
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--requirepass", "s3cret", "--dir", str(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
+            else:
+                writer.close()
+                break
+        yield port
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def test_the_wire_authenticates_selects_the_database_and_names_itself(
+    private_redis: int,
+) -> None:
+    """The URL's password, database number and client name apply to the hot path's
+    connection as to redis-py's; a wrong password fails ``open`` with
+    ``StoreUnavailable``."""
+    base = f"redis://:s3cret@127.0.0.1:{private_redis}/3?client_name=agentrooms-test&prefix=p"
+    store = await open_store(base)
+    assert isinstance(store, RedisStore)
+    try:
+        await store.transact("room", writes=[Put("k", 7)])
+        raw = aredis.Redis(host="127.0.0.1", port=private_redis, password="s3cret", db=3)
+        try:
+            assert [key async for key in raw.scan_iter("p*")]  # in database 3
+            clients = await raw.client_list()
+            assert "agentrooms-test" in {c["name"] for c in clients}
+        finally:
+            await raw.aclose()
+    finally:
+        await store.close()
+    with pytest.raises(StoreUnavailable, match=r"WRONGPASS|invalid"):
+        await open_store(base.replace("s3cret", "wrong"))
+
+
+async def _serve_once(reply: bytes) -> tuple[asyncio.Server, int]:
+    """A TCP server that answers anything it is sent with ``reply``."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(reply)
+        await writer.drain()
+        await reader.read(100)  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("reply", [b"?not resp\r\n", b"+OK\r\n+OK\r\n"], ids=["garbage", "unasked"])
+async def test_a_server_that_breaks_the_protocol_fails_the_wire(reply: bytes) -> None:
+    """A reply that is not RESP, or one more reply than was asked for: the caller gets
+    ``ConnectionError`` and the wire is closed, never left out of step."""
+    server, port = await _serve_once(reply)
+    try:
+        _, wire = await asyncio.get_running_loop().create_connection(Wire, "127.0.0.1", port)
+        future = wire.call(pack_command("PING"))
+        if reply.startswith(b"?"):
+            with pytest.raises(ConnectionError, match="not RESP"):
+                await future
+        else:
+            assert await future == b"OK"
+        await wire.wait_closed()
+        assert not wire.usable and wire.error is not None
+        with pytest.raises(ConnectionError):
+            wire.call(pack_command("PING"))
+    finally:
+        server.close()
+        await server.wait_closed()

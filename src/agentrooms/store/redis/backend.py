@@ -19,31 +19,27 @@ token of a value is computed here with :func:`~agentrooms.store.base.fence_of` w
 written and stored beside the value, so a fence compare is exact for any integer and the
 script never decodes JSON.
 
-Every call keeps the promises of :meth:`RedisStore._call`, the one seam (scripts keep
-them in :meth:`RedisStore._run`, below): it waits for a free connection (at most
-``max_connections``, default 100; callers queue rather than fail), bounds the whole call
-by ``socket_timeout`` (default 5 s), and turns driver errors into ``StoreUnavailable``
-with the cause chained. redis-py itself is told not to retry (a
-retried EVALSHA could apply a transact twice: the caller gets ``StoreUnavailable``, outcome
-unknown, and retries its idempotent command) and not to time sockets out itself (one
-deadline per call instead of a timer per read and, on Python 3.11, a task per send).
+Connections. Every command of the contract goes over agentrooms' own connection
+(:mod:`.wire`: RESP written on an ``asyncio.Protocol``, parsed by hiredis), not redis-py's
+asyncio client, which costs twice the client CPU per command. The URL's connection
+parameters (address, TLS, username and password, ``db``, ``client_name``) apply to it as
+redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INFO).
 
-The hot path is lean: EVALSHA is packed here (:func:`pack_evalsha`) and sent on a pooled
-connection directly, skipping redis-py's per-command machinery; with the one deadline
-this makes a transact cost the client about what the bare redis-py EVALSHA costs. It
-keeps ``_call``'s promises itself (:meth:`RedisStore._run`), so that it can pipeline:
-scripts called while another is in flight are sent together, one write on one
-connection under one deadline, and their replies handed back in order
-(:meth:`RedisStore._send`). A caller alone never waits for this.
-
-Blocking reads never use that pool: a ``watch`` that has to wait takes a connection of a
-second pool, the *watch pool*, kept for blocking reads only, so waiters never starve the
-hot path of connections (and a connection left mid-BLOCK can never serve a transact).
-It is bounded like the first (``max_connections``, default 100, so a store holds at most
-twice that many connections); waiters beyond the bound queue for a watch connection, their
-queueing counted against their own timeout. The blocking read is bounded by the watch's
-timeout plus ``socket_timeout`` instead, and its errors become ``StoreUnavailable`` the
-same way.
+* The hot path is one pipelined connection, the *wire*: every call writes its command at
+  once, whatever is in flight, and Redis answers in order (:meth:`RedisStore._send`).
+  Concurrent callers share one connection and one read per burst of replies; a caller
+  alone waits for nobody.
+* Each call is bounded by ``socket_timeout`` (default 5 s), dialling included. A wire
+  whose reply does not come in time is closed and the next call dials a new one; the
+  other calls waiting on it fail at once. Every failure is ``StoreUnavailable`` with the
+  cause chained, outcome unknown: nothing is retried here (a retried EVALSHA could apply
+  a transact twice), the caller retries its idempotent command.
+* Blocking reads (a ``watch`` or ``follow_log`` that waits) each take a *watch wire* of
+  their own, idle or dialled, so waiters never hold up the hot path, and a connection
+  left mid-BLOCK never serves anything else: it is closed unless both replies were read.
+  At most ``max_connections`` (default 100) at once; waiters beyond that queue, their
+  queueing counted against their own timeout. The read is bounded by the watch's timeout
+  plus ``socket_timeout``.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ import asyncio
 import hashlib
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from importlib import resources
 from typing import Any, Self, TypeVar
@@ -86,10 +82,10 @@ from agentrooms.store.base import (
     TransactResult,
     VersionIs,
     fence_of,
-    settle,
 )
 from agentrooms.store.redis.durability import judge
 from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
+from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds one call may take, pool wait included, unless the URL gives ``socket_timeout``."""
@@ -99,7 +95,7 @@ MAX_SEQ = 2**53
 ``before`` arguments are clamped to it, which changes no answer."""
 
 T = TypeVar("T")
-_Arg = str | int | bytes
+_Arg = Arg
 
 
 class _Script:
@@ -154,34 +150,6 @@ def put_options(w: PreparedWrite) -> str:
 def set_op_arg(add: bool, member: str) -> str:
     """One set op as ``transact.lua`` takes it: ``+member`` (add) or ``-member`` (remove)."""
     return ("+" if add else "-") + member
-
-
-def pack_evalsha(sha: str, keys: Sequence[_Arg], args: Sequence[_Arg]) -> list[bytes]:
-    """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings, the bytes
-    redis-py's ``pack_command`` makes, at a quarter of its cost (it calls an encoder per
-    argument and rebuilds its buffer per argument). Large arguments are not copied."""
-    head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + len(keys) + len(args), sha.encode())
-    return _pack_args([head], (len(keys), *keys, *args))
-
-
-def pack_command(*args: _Arg) -> list[bytes]:
-    """Any command as a RESP array of bulk strings (as :func:`pack_evalsha`)."""
-    return _pack_args([b"*%d\r\n" % len(args)], args)
-
-
-def _pack_args(parts: list[bytes], args: Iterable[_Arg]) -> list[bytes]:
-    for arg in args:  # text is valid Unicode: base.py checks it
-        if isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            data = arg
-        if len(data) < 4096:
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        else:
-            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return parts
 
 
 def watch_command(keys: RoomKeys, after: int, block_ms: int) -> list[bytes]:
@@ -292,25 +260,27 @@ class RedisStore(Store):
         options.update(socket_timeout=None, retry=Retry(NoBackoff(), 0), decode_responses=False)
         pool = ConnectionPool(**options)
         try:  # connections are made lazily: check the URL's parameters now (no IO)
-            pool.connection_class(**pool.connection_kwargs)
+            self._options = pool.connection_class(**pool.connection_kwargs)  # see wire.dial
         except TypeError as exc:
             raise BadRequest(f"unknown parameter in Redis URL {redact_url(url)!r}: {exc}") from exc
-        self._redis: Redis = Redis.from_pool(pool)
+        self._redis: Redis = Redis.from_pool(pool)  # INFO and CONFIG only
         self._free = asyncio.Semaphore(pool.max_connections)
-        self._in_flight = 0  # commands sent alone and batches being delivered
-        self._outbox: list[tuple[list[bytes], asyncio.Future[Any]]] = []  # see _send
-        self._delivering: set[asyncio.Task[None]] = set()
-        self._watch_pool = ConnectionPool(**options)  # blocking reads only: see _watch
-        self._watchers = asyncio.Semaphore(self._watch_pool.max_connections)
+        self._wire: Wire | None = None  # the hot path's connection: see _send
+        self._dialing: asyncio.Task[Wire] | None = None
+        self._closed = False
+        # blocking reads only, one at a time per wire: see _blocking
+        self._max_watchers: int = pool.max_connections
+        self._watchers = asyncio.Semaphore(self._max_watchers)
+        self._idle_watch: list[Wire] = []
+        self._busy_watch: set[Wire] = set()
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         store = cls(url, limits)
         try:
-            await store._call(store._load_scripts)
+            await store._load_scripts()
         except BaseException:
-            await store._redis.aclose()
-            await store._watch_pool.aclose()
+            await store.close()
             raise
         return store
 
@@ -326,97 +296,72 @@ class RedisStore(Store):
             self._free.release()
 
     async def _load_scripts(self) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for script in SCRIPTS:
-                pipe.script_load(script.text)
-            shas = await pipe.execute()
+        """SCRIPT LOAD every script, pipelined (the first call dials the wire: a wrong
+        address or password fails the store's ``open``)."""
+        shas = await asyncio.gather(
+            *(self._command("SCRIPT", "LOAD", script.text) for script in SCRIPTS)
+        )
         for script, sha in zip(SCRIPTS, shas, strict=True):
             if _text(sha) != script.sha:
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
     async def _run(self, script: _Script, keys: Sequence[_Arg], args: Sequence[_Arg]) -> Any:
-        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it.
-        The hot path: it keeps ``_call``'s promises (a free connection, one deadline,
-        our errors) in :meth:`_send` and :meth:`_deliver`, where they cost once per
-        batch rather than once per call."""
+        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
         command = pack_evalsha(script.sha, keys, args)
         try:
             try:
                 return await self._send(command)
             except NoScriptError:
-                await self._call(self._redis.script_load, script.text)
+                await self._send(pack_command("SCRIPT", "LOAD", script.text))
                 return await self._send(command)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise _unavailable(exc) from exc
 
-    async def _send(self, command: list[bytes]) -> Any:
-        """One packed command on a pooled connection, without ``execute_command``'s retry
-        and observability layers (a third of the client's time per call; we retry
-        nothing). ``send_packed_command`` and ``read_response`` disconnect the connection
-        on any error or cancellation, so it never returns to the pool half-read.
-
-        While another command is in flight, a command is not sent at once: the ones that
-        arrive in one turn of the event loop are sent together, in one write on one
-        connection, and their replies read in order (:meth:`_deliver`), as a pipeline
-        would. Many concurrent callers then share the pool's, the deadline's and the
-        socket's costs per call; a caller alone sends its command at once, as before."""
-        if self._in_flight:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._outbox.append((command, future))
-            if len(self._outbox) == 1:
-                asyncio.get_running_loop().call_soon(self._deliver_outbox)
-            return await future  # settled by _deliver within its deadline
-        self._in_flight += 1
-        try:  # inline, not a shared context manager: that costs a lone caller 7% CPU
-            async with self._free, asyncio.timeout(self.timeout):
-                pool = self._redis.connection_pool
-                conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped
-                try:
-                    await conn.send_packed_command(command)
-                    return await conn.read_response()
-                finally:
-                    await pool.release(conn)
-        finally:
-            self._in_flight -= 1
-
-    def _deliver_outbox(self) -> None:
-        batch, self._outbox = self._outbox, []
-        task = asyncio.get_running_loop().create_task(self._deliver(batch))
-        self._delivering.add(task)
-        task.add_done_callback(self._delivering.discard)
-
-    async def _deliver(self, batch: list[tuple[list[bytes], asyncio.Future[Any]]]) -> None:
-        """Send commands queued in one turn of the event loop in one write on one
-        connection and hand each caller its reply (an error reply to its caller only).
-        A caller that gave up meanwhile (its deadline) has its reply dropped. If the
-        connection fails, every caller still waiting gets the error: its command's
-        outcome is unknown, as for a failure of a command sent alone."""
-        self._in_flight += 1
+    async def _command(self, *args: _Arg) -> Any:
+        """Any other command on the wire, its errors ours (as :meth:`_run`'s)."""
         try:
-            async with self._free, asyncio.timeout(self.timeout):  # as _send's lone call
-                pool = self._redis.connection_pool
-                conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped
-                try:
-                    await conn.send_packed_command(
-                        [part for command, _ in batch for part in command]
-                    )
-                    for _, future in batch:
-                        try:
-                            reply = await conn.read_response()
-                        except ResponseError as exc:  # the reply was read: the rest follow
-                            settle(future, exc)
-                        else:
-                            settle(future, reply)
-                finally:
-                    await pool.release(conn)
-        except BaseException as exc:  # the connection failed (it was disconnected)
-            error = exc if isinstance(exc, Exception) else RedisError(f"not delivered: {exc!r}")
-            for _, future in batch:  # those not settled yet: done ones are skipped
-                settle(future, error)
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self._in_flight -= 1
+            return await self._send(pack_command(*args))
+        except (RedisError, OSError) as exc:
+            raise _unavailable(exc) from exc
+
+    async def _send(self, command: list[bytes]) -> Any:
+        """One command on the wire (:mod:`.wire`), its reply within the store's deadline,
+        dialling included. Concurrent calls pipeline on the one connection: each is
+        written at once, and Redis answers them in order.
+
+        If the deadline passes with the reply still to come, the wire is closed and the
+        next call dials a new one: a connection that stopped answering is replaced
+        rather than waited on by every later call. Its other callers fail at once with
+        ``ConnectionError`` (outcome unknown), as on any broken connection."""
+        wire = self._wire
+        try:
+            async with asyncio.timeout(self.timeout):
+                if wire is None or not wire.usable:
+                    wire = await self._redial()
+                return await wire.call(command)
+        except TimeoutError:
+            if wire is not None:
+                wire.close(f"gave no reply within {self.timeout} s")
+            raise
+
+    async def _redial(self) -> Wire:
+        """A new wire: one dial, shared by every caller that needs it meanwhile (one
+        that gives up does not cancel it for the others)."""
+        if self._closed:
+            raise ConnectionError("the Redis store is closed")
+        if self._dialing is None or self._dialing.done():
+            self._dialing = asyncio.get_running_loop().create_task(self._dial())
+            self._dialing.add_done_callback(_retrieve)
+        return await asyncio.shield(self._dialing)
+
+    async def _dial(self) -> Wire:
+        async with asyncio.timeout(self._options.socket_connect_timeout or self.timeout):
+            wire = await dial(self._options)
+        if self._closed:  # closed while dialling
+            wire.close()
+            raise ConnectionError("the Redis store is closed")
+        self._wire = wire
+        return wire
 
     # -- the contract --------------------------------------------------------------
 
@@ -493,7 +438,7 @@ class RedisStore(Store):
         return low
 
     async def _last_seq(self, room: str) -> int:
-        seq = await self._call(self._redis.hget, room_keys(self.prefix, room).meta, "seq")
+        seq = await self._command("HGET", room_keys(self.prefix, room).meta, "seq")
         return 0 if seq is None else int(seq)
 
     async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
@@ -502,7 +447,7 @@ class RedisStore(Store):
         return [member.decode() for member in picked]
 
     async def _set_size(self, room: str, name: str) -> int:
-        size: int = await self._call(self._redis.zcard, room_keys(self.prefix, room).set + name)
+        size: int = await self._command("ZCARD", room_keys(self.prefix, room).set + name)
         return size
 
     async def _watch(self, room: str, after: int, timeout: float) -> int:
@@ -581,21 +526,28 @@ class RedisStore(Store):
             self._watchers.release()
 
     async def _block(self, command: list[bytes], replies: int) -> list[Any]:
-        """Send ``command`` on a watch connection and read its ``replies``. The
-        connection goes back to the pool only with nothing pending."""
-        pool = self._watch_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # untyped upstream
-        clean = False
+        """Send ``command`` on a watch wire (an idle one, or one dialled now) and read
+        its ``replies``. The wire is kept for the next blocking read only if nothing is
+        pending on it; otherwise (cancelled, deadline, error) it is closed, which also
+        frees the blocked client on the server."""
+        if self._closed:
+            raise ConnectionError("the Redis store is closed")
+        wire = self._idle_watch.pop() if self._idle_watch else None
+        if wire is None or not wire.usable:
+            wire = await dial(self._options)
+        self._busy_watch.add(wire)
         try:
-            await conn.send_packed_command(command)
-            answers = [await conn.read_response() for _ in range(replies)]
-            clean = True
+            futures = wire.send(command, replies)
+            answers = [await future for future in futures]
+        except BaseException:
+            wire.close()
+            raise
         finally:
-            try:
-                if not clean:  # a reply may be pending: never hand this connection on
-                    await conn.disconnect(nowait=True)
-            finally:  # even if cancelled again here: the pool must get its slot back
-                await asyncio.shield(pool.release(conn))
+            self._busy_watch.discard(wire)
+        if self._closed:
+            wire.close()
+        else:
+            self._idle_watch.append(wire)
         return answers
 
     async def _delete_room(self, room: str) -> None:
@@ -629,9 +581,20 @@ class RedisStore(Store):
         return config, None if version is None else _text(version)
 
     async def _close(self) -> None:
+        self._closed = True
         try:
             await self._call(self._redis.aclose)
         finally:
-            await self._watch_pool.aclose()
-            # Batches in flight fail once their connections are closed.
-            await asyncio.gather(*self._delivering, return_exceptions=True)
+            for idle in [*self._idle_watch, *self._busy_watch]:
+                idle.close()
+            self._idle_watch.clear()
+            wire = self._wire
+            if wire is not None:  # calls still waiting fail: their outcome is unknown
+                wire.close()
+                await wire.wait_closed()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a shared task's failure seen: its waiters may all have given up."""
+    if not task.cancelled():
+        task.exception()
