@@ -557,3 +557,27 @@ async def test_a_server_that_breaks_the_protocol_fails_the_wire(reply: bytes) ->
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_closing_the_store_under_a_waiting_follower_leaves_no_unseen_error(
+    redis_url: str,
+) -> None:
+    """A watch waiting on its wire when the store closes fails with ``StoreUnavailable``;
+    the reply queued behind its XREAD fails too, and that error is marked seen (asyncio
+    would log 'Future exception was never retrieved' otherwise)."""
+    store = await open_store(redis_url)
+    assert isinstance(store, RedisStore)
+    waiting = asyncio.create_task(store.watch(_room(), 0, 30))
+    for _ in range(500):  # until the watch waits on its wire
+        if store._busy_watch:
+            break
+        await asyncio.sleep(0.01)
+    (wire,) = store._busy_watch
+    futures = list(wire._waiting)
+    assert len(futures) == 2
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await waiting
+    for future in futures:
+        assert future.done()
+        assert future.cancelled() or not future._log_traceback

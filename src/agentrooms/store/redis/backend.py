@@ -536,11 +536,15 @@ class RedisStore(Store):
         if wire is None or not wire.usable:
             wire = await dial(self._options)
         self._busy_watch.add(wire)
+        futures: list[asyncio.Future[Any]] = []
         try:
             futures = wire.send(command, replies)
             answers = [await future for future in futures]
         except BaseException:
-            wire.close()
+            wire.close()  # fails the replies still to come: seen here, raised once
+            for future in futures:
+                if not future.cancelled():
+                    future.exception()
             raise
         finally:
             self._busy_watch.discard(wire)
