@@ -309,8 +309,9 @@ async def test_concurrent_calls_pipeline_on_one_connection_and_each_gets_its_own
     redis_store: RedisStore,
 ) -> None:
     """200 concurrent transacts are all written before the first reply is read, on the
-    one connection of the hot path, and each caller gets the reply to its own command
-    (its own key's version, its own event's number)."""
+    one connection of the hot path, in two writes (the first alone, the rest at the end
+    of the turn), and each caller gets the reply to its own command (its own key's
+    version, its own event's number)."""
     room = _room()
     await redis_store.read(room, [])  # dialled
     wire = redis_store._wire
@@ -321,8 +322,11 @@ async def test_concurrent_calls_pipeline_on_one_connection_and_each_gets_its_own
         )
         for i in range(200)
     ]
+    writes = wire.writes
     await asyncio.sleep(0)  # each task runs to its write
     assert wire.pending == 200
+    await asyncio.sleep(0)  # the end of the turn: the commands after the first go out
+    assert wire.writes - writes == 2
     results = await asyncio.gather(*tasks)
     assert redis_store._wire is wire and wire.pending == 0
     snap = await redis_store.read(room, [f"k{i}" for i in range(200)])
