@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from agentrooms.errors import CursorCompacted, StoreUnavailable
 from agentrooms.rooms import follow as follow_module
-from agentrooms.rooms.follow import follow
+from agentrooms.rooms.follow import follow, tell
 from agentrooms.store import Append, Event, Store, open_store
 from tests.helpers import Interposed
 
@@ -104,3 +105,70 @@ async def test_cancelled_waiters_stop_the_follower(store: Faulty) -> None:
     await asyncio.wait([running], timeout=5)
     assert running.cancelled()
     assert not follow_module._followers.get(store)
+
+
+# ------------------------------------------------------------ handles of one store
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+async def test_handles_of_one_store_share_one_reader(shared_url: str) -> None:
+    """Two handles opened with one URL: one follower per room serves the waiters of
+    both, and an event told through one wakes the waiters of the other at once."""
+    first, second = await open_store(shared_url), await open_store(shared_url)
+    room = f"share-{uuid.uuid4().hex[:8]}"
+    await first.transact(room, appends=[Append("created")])
+    try:
+        assert first.identity == second.identity
+        async with (
+            follow(first, room, lambda e: True) as one,
+            follow(second, room, lambda e: True) as two,
+        ):
+            assert len(follow_module._followers[first.identity]) == 1
+            await second.transact(room, appends=[Append("x")])
+            assert await one.wait(5) and await two.wait(5)
+            assert [e.type for e in one.take()[0]] == [e.type for e in two.take()[0]] == ["x"]
+            tell(first, room, [Event(99, "told", {}, 0.0)])
+            assert await two.wait(0)  # no read of the log in between
+            assert [e.type for e in two.take()[0]] == ["told"]
+        assert first.identity not in follow_module._followers
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_closed_handle_hands_the_reading_to_another(shared_url: str) -> None:
+    """The follower reads through the first subscriber's handle; once that handle is
+    closed, its read fails, the waiters resync, and it reads on through the other."""
+    first, second = await open_store(shared_url), await open_store(shared_url)
+    room = f"share-{uuid.uuid4().hex[:8]}"
+    await second.transact(room, appends=[Append("created")])
+    try:
+        async with (
+            follow(first, room, lambda e: True),
+            follow(second, room, lambda e: e.type == "after") as sub,
+        ):
+            follower = follow_module._followers[first.identity][(room, asyncio.get_running_loop())]
+            assert follower.store is first
+            await first.close()
+            await second.transact(room, appends=[Append("after")])
+            events: list[Event] = []
+            while not events:
+                assert await sub.wait(5)
+                events += sub.take()[0]
+            assert [e.type for e in events] == ["after"]
+            assert follower.store is second
+    finally:
+        await second.close()
+
+
+async def test_handles_of_separate_memory_stores_do_not_share() -> None:
+    one, two = await open_store("memory://"), await open_store("memory://")
+    assert one.identity != two.identity
+    async with follow(one, "r", lambda e: True), follow(two, "r", lambda e: True):
+        assert one.identity in follow_module._followers
+        assert two.identity in follow_module._followers

@@ -20,6 +20,14 @@ An event this process appended itself can be handed to the local subscriptions a
 the log: a lock handed to a waiter of the same process wakes it without waiting for the
 log's round trip. The follower delivers the event again later; subscribers tolerate that.
 
+Handles of one store share their followers: the follower is per room, event loop and
+:attr:`Store.identity <agentrooms.store.base.Store.identity>` (the data a handle reaches),
+not per handle. A process that opens several handles to one Redis or PostgreSQL store
+(agents hosted eight to a handle, say) reads each room's log once, not once per handle,
+and an event told by one handle wakes the waiters of the others. The follower reads
+through the handle of one of its subscriptions; if that read fails, it moves to another
+subscription's handle, in case the first was closed.
+
 When the follower cannot tell what it missed (the log was trimmed past its position, or
 the store failed), every subscription is told to *resync*: re-read the state it waits on
 instead of relying on events.
@@ -29,8 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 
 from agentrooms.errors import CursorCompacted
@@ -46,6 +53,7 @@ class Subscription:
     """What one waiter has been handed: matching events, or a request to resync."""
 
     match: Callable[[Event], bool]
+    store: Store  # the handle its waiter uses: the follower may read through it
     events: list[Event] = field(default_factory=list)
     resync: bool = False
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -89,8 +97,8 @@ class Follower:
         self._started: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def subscribe(self, match: Callable[[Event], bool]) -> Subscription:
-        subscription = Subscription(match)
+    async def subscribe(self, match: Callable[[Event], bool], store: Store) -> Subscription:
+        subscription = Subscription(match, store)
         self.subscriptions.add(subscription)
         try:
             if self._task is None or self._task.done():
@@ -132,8 +140,10 @@ class Follower:
                 self._position = None
             except Exception:
                 # The store failed: waiters fall back to reading their state themselves,
-                # and the follower tries again after a pause.
+                # and the follower tries again after a pause, through another handle if
+                # it has one (this one may have been closed).
                 self._resync_all()
+                self._switch_handle()
                 await asyncio.sleep(FAILURE_PAUSE)
 
     async def _step(self) -> None:
@@ -145,20 +155,25 @@ class Follower:
             for subscription in list(self.subscriptions):
                 subscription._deliver(event)
 
+    def _switch_handle(self) -> None:
+        for subscription in self.subscriptions:
+            if subscription.store is not self.store:
+                self.store = subscription.store
+                return
+
     def _resync_all(self) -> None:
         for subscription in list(self.subscriptions):
             subscription._ask_resync()
 
 
-_followers: weakref.WeakKeyDictionary[
-    Store, dict[tuple[str, asyncio.AbstractEventLoop], Follower]
-] = weakref.WeakKeyDictionary()
+_followers: dict[Hashable, dict[tuple[str, asyncio.AbstractEventLoop], Follower]] = {}
+"""Store identity -> (room, event loop) -> its follower, while it has subscriptions."""
 
 
 def tell(store: Store, room: str, events: list[Event]) -> None:
     """Hand ``events``, just appended to ``room`` by this process, to this event loop's
     subscriptions now (see the module's docstring)."""
-    follower = _followers.get(store, {}).get((room, asyncio.get_running_loop()))
+    follower = _followers.get(store.identity, {}).get((room, asyncio.get_running_loop()))
     if follower is None:
         return
     for event in events:
@@ -171,16 +186,32 @@ async def follow(
     store: Store, room: str, match: Callable[[Event], bool]
 ) -> AsyncIterator[Subscription]:
     """Subscribe to the room's events that ``match`` accepts, through the one follower
-    of (``store``, ``room``) in this event loop."""
+    of (``store``'s identity, ``room``) in this event loop."""
     key = (room, asyncio.get_running_loop())
-    followers = _followers.setdefault(store, {})
+    identity = store.identity
+    followers = _followers.setdefault(identity, {})
     follower = followers.get(key)
     if follower is None:
         follower = followers[key] = Follower(store, room)
-    subscription = await follower.subscribe(match)
+    try:
+        subscription = await follower.subscribe(match, store)
+    except BaseException:
+        _forget(identity, key, follower)
+        raise
     try:
         yield subscription
     finally:
         follower.unsubscribe(subscription)
-        if not follower.subscriptions and followers.get(key) is follower:
-            del followers[key]
+        _forget(identity, key, follower)
+
+
+def _forget(
+    identity: Hashable, key: tuple[str, asyncio.AbstractEventLoop], follower: Follower
+) -> None:
+    """Drop ``follower`` from the registry once it has no subscriptions left."""
+    followers = _followers.get(identity)
+    if follower.subscriptions or followers is None or followers.get(key) is not follower:
+        return
+    del followers[key]
+    if not followers:
+        del _followers[identity]

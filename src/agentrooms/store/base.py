@@ -29,7 +29,7 @@ import asyncio
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeAlias
@@ -467,6 +467,7 @@ class Store(abc.ABC):
     """
 
     backend: str = "abstract"
+    shared_by_url: bool = False  # handles opened with equal URLs reach the same data
 
     def __init__(self, url: str, limits: Limits | None = None) -> None:
         self.url = url
@@ -476,6 +477,15 @@ class Store(abc.ABC):
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         """Connect to the store named by ``url``, creating or migrating its schema."""
         return cls(url, limits)
+
+    @property
+    def identity(self) -> Hashable:
+        """The data this handle reaches: two handles of equal identity read and write
+        the same rooms, so one process may serve both with one reader of a room's log
+        (:mod:`agentrooms.rooms.follow`). A handle is only equal to itself, unless its
+        backend is a server that every handle opened with the same URL reaches
+        (:attr:`shared_by_url`)."""
+        return (self.backend, self.url) if self.shared_by_url else self
 
     # -- public, validated -------------------------------------------------------
 

@@ -285,6 +285,7 @@ def _session_settings(schema: str) -> dict[str, str]:
 
 class PostgresStore(Store):
     backend = "postgres"
+    shared_by_url = True
 
     def __init__(
         self,

@@ -246,6 +246,7 @@ def _unavailable(exc: BaseException) -> StoreUnavailable:
 
 class RedisStore(Store):
     backend = "redis"
+    shared_by_url = True
 
     def __init__(self, url: str, limits: Limits | None = None) -> None:
         super().__init__(url, limits)
