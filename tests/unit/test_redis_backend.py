@@ -6,6 +6,7 @@ the hot path's pipelined connection (:mod:`agentrooms.store.redis.wire`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import shutil
 import socket
@@ -472,17 +473,22 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-async def private_redis(tmp_path: Path) -> AsyncIterator[int]:
-    """A redis-server of this test's own, on a free port, with a password: the port."""
+@contextlib.asynccontextmanager
+async def _redis_server(directory: Path, *options: str) -> AsyncIterator[int]:
+    """A redis-server of this test's own on a free port, with ``options``: the port.
+    Only the process started here is stopped."""
     binary = shutil.which("redis-server")
     if binary is None:
         unavailable("redis-server (the binary, to start a private server)")
         raise AssertionError("unreachable")
     port = _free_port()
+    listen = ["--port", str(port)]
+    if "--tls-port" in options:  # TLS only: the port given is the TLS one
+        listen = ["--port", "0", "--tls-port", str(port)]
+        options = tuple(o for o in options if o != "--tls-port")
     process = await asyncio.create_subprocess_exec(
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--requirepass", "s3cret", "--dir", str(tmp_path),
+        binary, *listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", str(directory), *options,
         stdout=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -501,6 +507,13 @@ async def private_redis(tmp_path: Path) -> AsyncIterator[int]:
     finally:
         process.terminate()
         await process.wait()
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[int]:
+    """A private redis-server with a password: its port."""
+    async with _redis_server(tmp_path, "--requirepass", "s3cret") as port:
+        yield port
 
 
 async def test_the_wire_authenticates_selects_the_database_and_names_itself(
@@ -585,3 +598,36 @@ async def test_closing_the_store_under_a_waiting_follower_leaves_no_unseen_error
     for future in futures:
         assert future.done()
         assert future.cancelled() or not future._log_traceback
+
+
+async def test_the_wire_speaks_tls_and_checks_the_servers_certificate(tmp_path: Path) -> None:
+    """``rediss://`` with the URL's ``ssl_*`` parameters: the hot path and the watch
+    wires connect over TLS, verifying the server against the given CA; a client that
+    trusts another CA cannot open the store."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        unavailable("openssl (the binary, to make a test certificate)")
+    cert, key, other = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "other.pem"
+    for certificate, private in ((cert, key), (other, tmp_path / "other-key.pem")):
+        made = await asyncio.create_subprocess_exec(
+            str(openssl), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(private), "-out", str(certificate),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        assert await made.wait() == 0
+    tls = ("--tls-port", "--tls-cert-file", str(cert), "--tls-key-file", str(key))
+    async with _redis_server(tmp_path, *tls, "--tls-auth-clients", "no") as port:
+        url = f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=required&ssl_ca_certs={cert}&prefix=t"
+        store = await open_store(url)
+        try:
+            room = _room()
+            waiting = asyncio.create_task(store.watch(room, 0, 10))  # a watch wire, TLS too
+            await asyncio.sleep(0.05)
+            await store.transact(room, writes=[Put("k", 1)], appends=[Append("e")])
+            assert await asyncio.wait_for(waiting, 5) == 1
+            assert (await store.read(room, ["k"])).value("k") == 1
+        finally:
+            await store.close()
+        with pytest.raises(StoreUnavailable, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+            await open_store(url.replace(str(cert), str(other)))
