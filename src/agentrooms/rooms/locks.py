@@ -13,7 +13,7 @@ Two ways to wait for a held lock:
 * ``acquire`` retries with growing sleeps (seed 000: 5 tries, 150 ms steps), then
   raises ``LockHeld``. Simple, but under contention the lock sits idle while every
   waiter sleeps, and an unlucky waiter can starve.
-* ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<token>`` and waits on
+* ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<waiter>`` and waits on
   the room's log; ``release`` hands the lock straight to the longest waiting live agent
   in the same atomic write (FIFO, no idle gap, no thundering herd of writers), and says
   so in its ``lock.handoff`` event, naming the waiter. The waiters of one process share

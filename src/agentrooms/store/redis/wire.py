@@ -9,7 +9,7 @@ against under 30 us for the same command written on an ``asyncio.Protocol`` with
 hiredis parser (``benchmarks/bench_wire.py`` measures both side by side). Every store
 call is one command, so on Redis that difference is most of the client's cost of a call.
 
-A :class:`Wire` is one connection (TCP, TLS or a Unix socket) that carries any number of
+A :class:`Wire` is one connection (TCP, or TLS over TCP) that carries any number of
 commands at once. :meth:`Wire.call` writes its command at once, without waiting for the
 replies to earlier ones (Redis answers one connection's commands in the order they came),
 and returns a future that :meth:`Wire.data_received` settles with the reply when its turn
@@ -27,10 +27,10 @@ command). A command sent alone is written at once.
   ``ConnectionError``: those commands' outcomes are unknown. A wire never reconnects;
   its owner dials a new one (:func:`dial`).
 
-The connection is set up from the same URL options as redis-py's (host and port or a
-Unix socket path, TLS from ``rediss://`` and its ``ssl_*`` parameters, username and
-password, database number, client name), by reading them off a redis-py connection
-object that is built but never connected. It speaks RESP2.
+The connection is set up from the same URL options as redis-py's (host and port, TLS from
+``rediss://`` and its ``ssl_*`` parameters, username and password, database number,
+client name), by reading them off a redis-py connection object that is built but never
+connected. It speaks RESP2.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ Arg = str | int | bytes
 def pack_evalsha(sha: str, keys: Sequence[Arg], args: Sequence[Arg]) -> list[bytes]:
     """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings, the bytes
     redis-py's ``pack_command`` makes, at a quarter of its cost (it calls an encoder per
-    argument and rebuilds its buffer per argument). Large arguments are not copied."""
+    argument and rebuilds its buffer per argument)."""
     head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + len(keys) + len(args), sha.encode())
     return _pack_args([head], (len(keys), *keys, *args))
 
@@ -191,14 +191,10 @@ async def dial(options: AbstractConnection) -> Wire:
     built from the URL but never connected) points, authenticated, on its database.
     Bound the call by a deadline: it does no timing of its own."""
     loop = asyncio.get_running_loop()
-    path = getattr(options, "path", None)
-    if path:
-        _, wire = await loop.create_unix_connection(Wire, path)
-    else:
-        ssl = options.ssl_context.get() if isinstance(options, SSLConnection) else None
-        host: str = getattr(options, "host", "localhost")
-        port: int = getattr(options, "port", 6379)
-        _, wire = await loop.create_connection(Wire, host, port, ssl=ssl)
+    ssl = options.ssl_context.get() if isinstance(options, SSLConnection) else None
+    host: str = getattr(options, "host", "localhost")
+    port: int = getattr(options, "port", 6379)
+    _, wire = await loop.create_connection(Wire, host, port, ssl=ssl)
     try:
         setup: list[list[bytes]] = []
         if options.password is not None:
