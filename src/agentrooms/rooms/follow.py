@@ -105,7 +105,9 @@ class Follower:
                 self._started = asyncio.get_running_loop().create_future()
                 self._task = asyncio.get_running_loop().create_task(self._run())
             assert self._started is not None
-            await asyncio.shield(self._started)
+            if not self._started.done():
+                await asyncio.shield(self._started)
+            self._started.result()  # raises if the follower could not start
         except BaseException:
             self.unsubscribe(subscription)
             raise

@@ -36,9 +36,10 @@ one write each, and fall back to the commit loop when a guess was wrong:
   (fails: it left, try the next). Finding the head costs a scan of the line, but not
   once per handoff: a handoff event names the waiters behind the new holder, in order
   (up to :data:`LINE` of them), and the new holder reads just the first of those that
-  is still there, while it holds the lock. A line of n waiters costs one scan per
-  :data:`LINE` handoffs instead of one per handoff, and decodes two entries per
-  handoff instead of n.
+  is still there, while it holds the lock; if that waiter waits in this process, the
+  holder knows its entry without reading it (:data:`_waiting`). A line of n waiters
+  costs one scan per :data:`LINE` handoffs instead of one per handoff, and decodes at
+  most two entries per handoff instead of n.
 
 Why a named waiter is still the head when the release finds it present: the names come
 from a scan sorted by ticket (the version a waiter's entry got when it joined), and
@@ -53,14 +54,14 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
-from agentrooms.rooms.follow import follow, tell
+from agentrooms.rooms.follow import Subscription, follow, tell
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import (
     Absent,
@@ -132,6 +133,12 @@ class _Seen:
 
 
 _seen: weakref.WeakKeyDictionary[Store, dict[tuple[str, str], _Seen]] = weakref.WeakKeyDictionary()
+
+_waiting: dict[tuple[Hashable, str, str, str], dict[str, Any]] = {}
+"""The queue entries of this process's waiters, by (store identity, room, lock, waiter
+id), while they are in line: a holder of this process that finds one of them next in
+line hands the lock over without reading the entry (the release still compares it
+present in the store, so an entry that left since costs a retry, never a wrong grant)."""
 
 
 def _check_ttl(ttl: object, what: str = "a lock ttl") -> float:
@@ -305,42 +312,63 @@ class Locks:
             if isinstance(joined, Lock):
                 return joined
             entry["ticket"] = joined  # place in line, kept across refreshes
-            refresh_at = time.monotonic() + WAITER_TTL / 3
-            seen = self._seen_of(name)
-            holder_until = None if seen is None or not seen.held else seen.until
-            look = holder_until is None  # unknown holder expiry: read the lock once
-            while True:
-                if look:
-                    looked = await self._look(name, owner, ttl, token, queued)
-                    if isinstance(looked, Lock):
-                        return looked
-                    holder_until, look = looked, False
-                now = time.monotonic()
-                if now >= deadline:
-                    return await self._give_up(name, owner, token, queued)
-                if now >= refresh_at:
-                    mine = await self._refresh(name, owner, ttl, token, entry, queued)
-                    if mine is not None:
-                        return mine
-                    refresh_at = time.monotonic() + WAITER_TTL / 3
-                wait = min(deadline, refresh_at) - now
-                if holder_until is not None:  # a dead holder's lock expires silently
-                    wait = min(wait, max(0.0, holder_until - now) + EXPIRY_SLACK)
-                if not await woken.wait(wait):
-                    # a deadline or refresh is handled above; a lease that ran out is read
-                    look = holder_until is not None and time.monotonic() >= holder_until
-                    continue
-                events, _ = woken.take()
-                for event in events:
-                    if event.type == "lock.handoff":  # only ours pass concerns_me
-                        # granted in the write that appended this event, at its time by
-                        # the store's clock (no need to read the lock back)
-                        holder = _holder(owner, token, event.data["fence"], ttl)
-                        lock = self._lock(name, holder, event.time + ttl)
-                        line = self._look_up_line(name, _named(event.data.get("line")))
-                        self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
-                        return lock
-                look = True  # released, or the follower lost track: read the lock
+            local = (self._scope.store.identity, self._scope.room, name, waiter)
+            _waiting[local] = entry
+            try:
+                return await self._wait(name, owner, ttl, token, entry, queued, woken, deadline)
+            finally:
+                if _waiting.get(local) is entry:
+                    del _waiting[local]
+
+    async def _wait(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        token: str,
+        entry: dict[str, Any],
+        queued: str,
+        woken: Subscription,
+        deadline: float,
+    ) -> Lock:
+        """In line: wait for the handoff naming us, reading the lock when a release,
+        an expiry or a lost track of the log leaves it in doubt."""
+        refresh_at = time.monotonic() + WAITER_TTL / 3
+        seen = self._seen_of(name)
+        holder_until = None if seen is None or not seen.held else seen.until
+        look = holder_until is None  # unknown holder expiry: read the lock once
+        while True:
+            if look:
+                looked = await self._look(name, owner, ttl, token, queued)
+                if isinstance(looked, Lock):
+                    return looked
+                holder_until, look = looked, False
+            now = time.monotonic()
+            if now >= deadline:
+                return await self._give_up(name, owner, token, queued)
+            if now >= refresh_at:
+                mine = await self._refresh(name, owner, ttl, token, entry, queued)
+                if mine is not None:
+                    return mine
+                refresh_at = time.monotonic() + WAITER_TTL / 3
+            wait = min(deadline, refresh_at) - now
+            if holder_until is not None:  # a dead holder's lock expires silently
+                wait = min(wait, max(0.0, holder_until - now) + EXPIRY_SLACK)
+            if not await woken.wait(wait):
+                # a deadline or refresh is handled above; a lease that ran out is read
+                look = holder_until is not None and time.monotonic() >= holder_until
+                continue
+            events, _ = woken.take()
+            for event in events:
+                if event.type == "lock.handoff":  # only ours pass concerns_me
+                    # granted in the write that appended this event, at its time by
+                    # the store's clock (no need to read the lock back)
+                    holder = _holder(owner, token, event.data["fence"], ttl)
+                    lock = self._lock(name, holder, event.time + ttl)
+                    line = self._look_up_line(name, _named(event.data.get("line")))
+                    self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
+                    return lock
+            look = True  # released, or the follower lost track: read the lock
 
     async def _join(
         self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any], queued: str
@@ -493,7 +521,12 @@ class Locks:
         """The front of the line, given ``named``: waiters known to be its front, in
         order (from a handoff event, or left over from a lookup). The first of them still
         in line is the head (see the module's docstring); when none is, scan."""
+        identity, room = self._scope.store.identity, self._scope.room
         while named:
+            local = _waiting.get((identity, room, name, named[0]), {})
+            if "ticket" in local:  # in line in this process: no need to read its entry
+                key = keys.lock_waiter(name, named[0])
+                return _Line(Record(key, dict(local), local["ticket"]), named[1:])
             batch, named = named[:NAMED_READ], named[NAMED_READ:]
             entries = [keys.lock_waiter(name, waiter) for waiter in batch]
             snap = await self._scope.read(entries)
