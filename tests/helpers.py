@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable
 
 from agentrooms.store.base import Compare, Prepared, ScanPage, Snapshot, Store, TransactResult
@@ -45,3 +46,12 @@ class Interposed(Forwarding):
         if self.after is not None:
             await self.after(self.calls, result)
         return result
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server a test
+    starts itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import Backend
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.helpers import free_port
 
 
 @pytest.fixture

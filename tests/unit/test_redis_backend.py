@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import random
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +31,7 @@ from agentrooms.store.redis.backend import (
 from agentrooms.store.redis.keys import room_keys, split_url
 from agentrooms.store.redis.wire import Wire, pack_command, pack_evalsha
 from tests.conftest import unavailable
+from tests.helpers import free_port
 
 # ----------------------------------------------------------------------------- pure
 
@@ -466,13 +466,6 @@ async def test_calls_after_close_fail_and_dial_nothing(redis_url: str) -> None:
     assert store._wire is not None and not store._wire.usable
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.asynccontextmanager
 async def _redis_server(directory: Path, *options: str) -> AsyncIterator[int]:
     """A redis-server of this test's own on a free port, with ``options``: the port.
@@ -481,7 +474,7 @@ async def _redis_server(directory: Path, *options: str) -> AsyncIterator[int]:
     if binary is None:
         unavailable("redis-server (the binary, to start a private server)")
         raise AssertionError("unreachable")
-    port = _free_port()
+    port = free_port()
     listen = ["--port", str(port)]
     if "--tls-port" in options:  # TLS only: the port given is the TLS one
         listen = ["--port", "0", "--tls-port", str(port)]

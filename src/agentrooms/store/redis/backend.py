@@ -25,10 +25,11 @@ asyncio client, which costs twice the client CPU per command. The URL's connecti
 parameters (address, TLS, username and password, ``db``, ``client_name``) apply to it as
 redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INFO).
 
-* The hot path is one pipelined connection, the *wire*: every call writes its command at
-  once, whatever is in flight, and Redis answers in order (:meth:`RedisStore._send`).
-  Concurrent callers share one connection and one read per burst of replies; a caller
-  alone waits for nobody.
+* The hot path is one pipelined connection, the *wire*: a call never waits for another's
+  reply before sending, and Redis answers in order (:meth:`RedisStore._send`). A call
+  made while nothing is in flight is written at once; calls made while others are in
+  flight go out together at the end of the event loop's turn, in one write. Concurrent
+  callers share one connection, one write per turn and one read per burst of replies.
 * Each call is bounded by ``socket_timeout`` (default 5 s), dialling included. A wire
   whose reply does not come in time is closed and the next call dials a new one; the
   other calls waiting on it fail at once. Every failure is ``StoreUnavailable`` with the
@@ -88,14 +89,13 @@ from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_u
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
-"""Seconds one call may take, pool wait included, unless the URL gives ``socket_timeout``."""
+"""Seconds one call may take, dialling included, unless the URL gives ``socket_timeout``."""
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
 ``before`` arguments are clamped to it, which changes no answer."""
 
 T = TypeVar("T")
-_Arg = Arg
 
 
 class _Script:
@@ -306,7 +306,7 @@ class RedisStore(Store):
             if _text(sha) != script.sha:
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
-    async def _run(self, script: _Script, keys: Sequence[_Arg], args: Sequence[_Arg]) -> Any:
+    async def _run(self, script: _Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
         command = pack_evalsha(script.sha, keys, args)
         try:
@@ -318,7 +318,7 @@ class RedisStore(Store):
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise _unavailable(exc) from exc
 
-    async def _command(self, *args: _Arg) -> Any:
+    async def _command(self, *args: Arg) -> Any:
         """Any other command on the wire, its errors ours (as :meth:`_run`'s)."""
         try:
             return await self._send(pack_command(*args))
@@ -327,8 +327,9 @@ class RedisStore(Store):
 
     async def _send(self, command: list[bytes]) -> Any:
         """One command on the wire (:mod:`.wire`), its reply within the store's deadline,
-        dialling included. Concurrent calls pipeline on the one connection: each is
-        written at once, and Redis answers them in order.
+        dialling included. Concurrent calls pipeline on the one connection (written at
+        once, or with the other calls of their event-loop turn), and Redis answers them
+        in order.
 
         If the deadline passes with the reply still to come, the wire is closed and the
         next call dials a new one: a connection that stopped answering is replaced
@@ -380,7 +381,7 @@ class RedisStore(Store):
         meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)
         compares, set_ops = ops.compares, ops.set_ops
         keys = [meta, scan, log]
-        args: list[_Arg] = [len(compares), len(set_ops)]
+        args: list[Arg] = [len(compares), len(set_ops)]
         for c in compares:
             keys.append(base + c.key)
             args.append(compare_arg(c))
