@@ -76,6 +76,7 @@ from agentrooms.store.base import (
     Store,
     TransactResult,
     Write,
+    seen,
 )
 
 DEFAULT_TTL = 30.0
@@ -504,7 +505,7 @@ class Locks:
 
     def _look_up_line(self, name: str, named: tuple[str, ...]) -> asyncio.Task[_Line]:
         task = asyncio.get_running_loop().create_task(self._next_of(name, named))
-        task.add_done_callback(_retrieve)  # a failure costs the release one scan
+        task.add_done_callback(seen)  # a failure costs the release one scan
         return task
 
     async def _front(self, name: str, ahead: asyncio.Task[_Line] | None = None) -> _Line:
@@ -611,8 +612,3 @@ def _named(line: object) -> tuple[str, ...]:
     if not isinstance(line, list):
         return ()
     return tuple(waiter for waiter in line if isinstance(waiter, str))
-
-
-def _retrieve(task: asyncio.Task[_Line]) -> None:
-    if not task.cancelled():
-        task.exception()

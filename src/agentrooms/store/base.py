@@ -448,6 +448,14 @@ def settle(future: asyncio.Future[Any], outcome: object) -> None:
         future.set_result(outcome)
 
 
+def seen(future: asyncio.Future[Any]) -> None:
+    """Mark a future's or task's failure as seen, for one that nobody may await (every
+    caller of a shared task gave up; a reply failed behind another's): asyncio would log
+    "exception was never retrieved" otherwise. Usable as a done callback."""
+    if future.done() and not future.cancelled():
+        future.exception()
+
+
 def decode_json(text: str | bytes) -> JSON:
     return json.loads(text)
 

@@ -83,6 +83,7 @@ from agentrooms.store.base import (
     TransactResult,
     VersionIs,
     fence_of,
+    seen,
 )
 from agentrooms.store.redis.durability import judge
 from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
@@ -353,7 +354,7 @@ class RedisStore(Store):
             raise ConnectionError("the Redis store is closed")
         if self._dialing is None or self._dialing.done():
             self._dialing = asyncio.get_running_loop().create_task(self._dial())
-            self._dialing.add_done_callback(_retrieve)
+            self._dialing.add_done_callback(seen)
         return await asyncio.shield(self._dialing)
 
     async def _dial(self) -> Wire:
@@ -545,8 +546,7 @@ class RedisStore(Store):
         except BaseException:
             wire.close()  # fails the replies still to come: seen here, raised once
             for future in futures:
-                if not future.cancelled():
-                    future.exception()
+                seen(future)
             raise
         finally:
             self._busy_watch.discard(wire)
@@ -598,9 +598,3 @@ class RedisStore(Store):
             if wire is not None:  # calls still waiting fail: their outcome is unknown
                 wire.close()
                 await wire.wait_closed()
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a shared task's failure seen: its waiters may all have given up."""
-    if not task.cancelled():
-        task.exception()

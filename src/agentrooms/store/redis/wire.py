@@ -44,6 +44,8 @@ import hiredis
 from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.exceptions import NoScriptError, ResponseError
 
+from agentrooms.store.base import settle
+
 __all__ = ["Arg", "Wire", "dial", "pack_command", "pack_evalsha"]
 
 Arg = str | int | bytes
@@ -158,16 +160,10 @@ class Wire(asyncio.Protocol):
                 return
             if reply is False:  # the rest of a reply is still to come
                 return
-            future = self._waiting.popleft()
-            if future.done():  # its caller gave up: drop the reply, stay in step
-                continue
-            if isinstance(reply, ResponseError):
-                message = str(reply)
-                future.set_exception(
-                    NoScriptError(message) if message.startswith("NOSCRIPT") else reply
-                )
-            else:
-                future.set_result(reply)
+            if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
+                reply = NoScriptError(str(reply))
+            # a caller that gave up has its reply dropped: the wire stays in step
+            settle(self._waiting.popleft(), reply)
         if self._parser.has_data():  # RESP2 never sends unasked
             self.close("failed: the server sent a reply nobody asked for")
 
@@ -181,9 +177,7 @@ class Wire(asyncio.Protocol):
         if self.error is None:
             self.error = error
         while self._waiting:
-            future = self._waiting.popleft()
-            if not future.done():
-                future.set_exception(self.error)
+            settle(self._waiting.popleft(), self.error)
 
 
 async def dial(options: AbstractConnection) -> Wire:
