@@ -21,9 +21,12 @@ class Faulty(Interposed):
         super().__init__(inner)
         self.log_reads = 0
         self.faults: list[Exception] = []
+        self.gate = asyncio.Event()  # log reads wait while it is clear
+        self.gate.set()
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         self.log_reads += 1
+        await self.gate.wait()
         if self.faults:
             raise self.faults.pop(0)
         return await super()._read_log(room, after, limit)
@@ -105,6 +108,36 @@ async def test_cancelled_waiters_stop_the_follower(store: Faulty) -> None:
     await asyncio.wait([running], timeout=5)
     assert running.cancelled()
     assert not follow_module._followers.get(store)
+
+
+async def test_an_event_told_and_read_back_is_handed_out_once(store: Faulty) -> None:
+    """``tell`` hands an event out ahead of the follower; whichever of the two comes
+    second skips it, so a subscription gets each event once."""
+    async with follow(store, "r", lambda e: True) as sub:
+        # told first: the follower's read of the log is held back until after the tell
+        store.gate.clear()
+        done = await store.transact("r", appends=[Append("first", None)])
+        first = Event(done.seqs[0], "first", None, done.now)
+        tell(store, "r", [first])
+        assert sub.take() == ([first], False)
+        store.gate.set()
+        while store.log_reads == 0 or follower_of(store)._position != first.seq:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        assert not await sub.wait(0.1)  # read back, not handed out again
+        assert not follower_of(store)._told
+
+        # read first: the follower has handed it out when the tell comes
+        done = await store.transact("r", appends=[Append("second", None)])
+        assert await sub.wait(5)
+        assert [e.type for e in sub.take()[0]] == ["second"]
+        tell(store, "r", [Event(done.seqs[0], "second", None, done.now)])
+        assert not await sub.wait(0.1)
+        assert not follower_of(store)._told
+
+
+def follower_of(store: Store) -> follow_module.Follower:
+    (follower,) = follow_module._followers[store.identity].values()
+    return follower
 
 
 # ------------------------------------------------------------ handles of one store

@@ -18,7 +18,10 @@ be delivered too; ``match`` should be cheap and the waiter tolerant of them.
 An event this process appended itself can be handed to the local subscriptions at once
 (:func:`tell`), from the write's own result, ahead of the follower reading it back from
 the log: a lock handed to a waiter of the same process wakes it without waiting for the
-log's round trip. The follower delivers the event again later; subscribers tolerate that.
+log's round trip. Whichever comes first hands the event out, and the other skips it: the
+follower does not hand out again an event it reads back after it was told, and ``tell``
+skips one the follower has read already. Either way every subscription that existed then
+got it, and a later one is not owed it (the event was appended before it existed).
 
 Handles of one store share their followers: the follower is per room, event loop and
 :attr:`Store.identity <agentrooms.store.base.Store.identity>` (the data a handle reaches),
@@ -94,6 +97,7 @@ class Follower:
         self.room = room
         self.subscriptions: set[Subscription] = set()
         self._position: int | None = None
+        self._told: set[int] = set()  # seqs handed out by tell(), not yet read back
         self._started: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -151,11 +155,18 @@ class Follower:
     async def _step(self) -> None:
         assert self._position is not None
         events = await self.store.follow_log(self.room, self._position, IDLE_WATCH, PAGE)
-        if events:
-            self._position = events[-1].seq
+        if not events:
+            return
+        self._position = events[-1].seq
+        told = self._told
         for event in events:
+            if event.seq in told:
+                told.discard(event.seq)
+                continue
             for subscription in list(self.subscriptions):
                 subscription._deliver(event)
+        if told:  # told, then skipped over (the follower lost track and started anew)
+            told.difference_update([seq for seq in told if seq <= self._position])
 
     def _switch_handle(self) -> None:
         for subscription in self.subscriptions:
@@ -178,7 +189,11 @@ def tell(store: Store, room: str, events: list[Event]) -> None:
     follower = _followers.get(store.identity, {}).get((room, asyncio.get_running_loop()))
     if follower is None:
         return
+    position = follower._position
     for event in events:
+        if position is not None and event.seq <= position:
+            continue  # the follower has read it back already, and handed it out
+        follower._told.add(event.seq)
         for subscription in list(follower.subscriptions):
             subscription._deliver(event)
 
