@@ -345,6 +345,32 @@ async def test_late_release_or_extend_does_not_touch_the_new_holders_lock(room: 
     assert c.fence == b.fence + 1  # tokens keep growing after release
 
 
+async def test_release_commits_the_holders_last_writes_with_it(room: Room) -> None:
+    """``release(lock, writes=...)``: the holder's last write and its release are one
+    atomic write, fenced by the grant; a stale grant writes nothing and raises."""
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    assert await room.locks.release(a, writes=[Put("report", {"by": "A"})]) is True
+    assert (await room.store.read(room.name, ["report"])).value("report") == {"by": "A"}
+    assert await room.locks.holder("plan") is None
+
+    b = await room.locks.try_acquire("plan", "B", ttl=30)
+    waiter = asyncio.create_task(room.locks.wait_acquire("plan", "C", ttl=30, timeout=20))
+    while not (await room.store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    assert await room.locks.release(b, writes=[Put("report", {"by": "B"}), Delete("gone")])
+    c = await asyncio.wait_for(waiter, 10)  # handed over in the same write
+    assert (c.owner, c.fence) == ("C", b.fence + 1)
+    assert (await room.store.read(room.name, ["report"])).value("report") == {"by": "B"}
+
+    with pytest.raises(StaleFence):  # B's grant is gone: its late write must not land
+        await room.locks.release(b, writes=[Put("report", {"by": "late B"})])
+    assert (await room.store.read(room.name, ["report"])).value("report") == {"by": "B"}
+    holder = await room.locks.holder("plan")
+    assert holder is not None and (holder.owner, holder.fence) == ("C", c.fence)
+    assert await room.locks.release(b) is False  # without writes: False, as before
+    assert await room.locks.release(c) is True
+
+
 async def test_acquire_backs_off_then_gives_up(room: Room) -> None:
     await room.locks.try_acquire("plan", "A", ttl=30)
     t0 = time.monotonic()

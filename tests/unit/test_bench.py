@@ -50,7 +50,11 @@ def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
     finished = cells(out)
     policies = {c["policy"] for c in finished if c["kind"] == "policy"}
     assert policies >= {"cas-none", "cas-full", "lock", "lease", "log", "crdt", "raw"}
-    assert {c["impl"] for c in finished if c["kind"] == "peer"} == {"ours-polling", "ours-queued"}
+    assert {c["impl"] for c in finished if c["kind"] == "peer"} == {
+        "ours-polling",
+        "ours-queued",
+        "ours-queued-fused",
+    }
     for cell in finished:
         check = cell["check"]
         assert isinstance(check, dict)

@@ -54,7 +54,7 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -439,18 +439,26 @@ class Locks:
 
     # -------------------------------------------------------------------- releasing
 
-    async def release(self, lock: Lock) -> bool:
+    async def release(self, lock: Lock, *, writes: Sequence[Write] = ()) -> bool:
         """Release if ``lock`` is still the current grant, handing it to the longest
         waiting queued agent; ``False`` if it had expired or changed hands (the new
-        holder's lock is left untouched)."""
+        holder's lock is left untouched).
+
+        ``writes`` (the holder's last writes) commit in the same atomic write as the
+        release, fenced by this grant: one round trip instead of two, and they land only
+        if the lock was still this grant's. If it was not, nothing is written and
+        ``StaleFence`` is raised instead of returning ``False``."""
+        writes = list(writes)
         seen = self._seen_of(lock.name)
         ahead = None if seen is None or seen.fence != lock.fence else seen.line
         line = await self._front(lock.name, ahead)
         while True:
             try:
-                await self._release(lock, line)
+                await self._release(lock, line, writes)
             except StaleFence:
                 await self._scope.read([])  # NotFound if the room itself is gone
+                if writes:
+                    raise
                 return False
             except VersionConflict as exc:
                 if line.head is None or line.head.key not in exc.conflicts:
@@ -465,16 +473,16 @@ class Locks:
                 self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
             return True
 
-    async def _release(self, lock: Lock, line: _Line) -> TransactResult:
+    async def _release(self, lock: Lock, line: _Line, writes: list[Write]) -> TransactResult:
         """One write: release ``lock`` (its holder record still carries its fencing
         token, or ``StaleFence``), handing it to the waiter at the head of ``line`` if it
-        is still there (else ``VersionConflict`` naming it)."""
+        is still there (else ``VersionConflict`` naming it), with ``writes``."""
         mine = FenceAtMost(keys.lock(lock.name), lock.fence)
         head = line.head
         if head is None:
             data: dict[str, Any] = {"lock": lock.name, "owner": lock.owner}
             done = await self._scope.transact(
-                [mine], [Delete(keys.lock(lock.name))], [Append("lock.released", data)]
+                [mine], [*writes, Delete(keys.lock(lock.name))], [Append("lock.released", data)]
             )
             self._tell(Event(done.seqs[0], "lock.released", data, done.now))
             return done
@@ -492,7 +500,7 @@ class Locks:
         }
         done = await self._scope.transact(
             [mine, Present(head.key)],
-            [*_grant(lock.name, holder), Delete(head.key)],
+            [*writes, *_grant(lock.name, holder), Delete(head.key)],
             [Append("lock.handoff", data)],
         )
         self._tell(Event(done.seqs[0], "lock.handoff", data, done.now))
