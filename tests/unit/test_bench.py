@@ -56,6 +56,9 @@ def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
         "ours-queued-fused",
     }
     for cell in finished:
+        if cell["kind"] == "peer" and cell["group"] == "locks":
+            extra = cell["extra"]
+            assert isinstance(extra, dict) and extra["hold_ms"] >= 1.0, cell["cell"]
         check = cell["check"]
         assert isinstance(check, dict)
         assert check["lost"] == 0 and check["duplicated"] == 0, cell["cell"]

@@ -208,6 +208,7 @@ async def _our_locks(
     room = (await Rooms(stores[0]).create(unique("bench-lock"))).name
     await stores[0].transact(room, writes=[Put("counter", 0)])
     fused = spec.impl == "ours-queued-fused"
+    holds: list[float] = []
 
     def agent_ops(i: int) -> LockOps:
         store = stores[i % len(stores)]
@@ -229,7 +230,7 @@ async def _our_locks(
 
         async def bump() -> None:
             value = (await store.read(room, ["counter"])).value("counter")
-            await asyncio.sleep(HOLD)
+            await _hold(holds)
             if fused:
                 last.append(Put("counter", value + 1))
             else:
@@ -242,7 +243,7 @@ async def _our_locks(
         return value
 
     try:
-        return await _contest(spec, deadline, agent_ops, final)
+        return await _contest(spec, deadline, agent_ops, final, holds)
     finally:
         await stores[0].delete_room(room)
 
@@ -258,6 +259,7 @@ async def _pottery_locks(
     key = f"{target.raw_prefix}:{unique('redlock')}"
     counter = f"{target.raw_prefix}:{unique('counter')}"
     await client.set(counter, 0)
+    holds: list[float] = []
 
     def agent_ops(i: int) -> LockOps:
         lock = AIORedlock(key=key, masters={client}, auto_release_time=10)
@@ -272,7 +274,7 @@ async def _pottery_locks(
 
         async def bump() -> None:
             value = int(await client.get(counter) or 0)
-            await asyncio.sleep(HOLD)
+            await _hold(holds)
             await client.set(counter, value + 1)
 
         return take, give, bump
@@ -281,7 +283,7 @@ async def _pottery_locks(
         return int(await client.get(counter) or 0)
 
     try:
-        return await _contest(spec, deadline, agent_ops, final)
+        return await _contest(spec, deadline, agent_ops, final, holds)
     finally:
         await client.delete(key, counter)
         await client.aclose()
@@ -292,6 +294,7 @@ async def _contest(
     deadline: float,
     agent_ops: Callable[[int], LockOps],
     final: Callable[[], Awaitable[int]],
+    holds: list[float],
 ) -> _Peer:
     """``spec.agents`` agents take the lock back to back until ``deadline``."""
     records: list[OpRecord] = []
@@ -318,15 +321,24 @@ async def _contest(
     began = time.perf_counter()
     await asyncio.gather(*(agent(i) for i in range(spec.agents)))
     elapsed = time.perf_counter() - began
-    return _lock_result(records, per_agent, elapsed, await final())
+    return _lock_result(records, per_agent, elapsed, await final(), holds)
 
 
 def _acquire(agent: int, t0: float, origin: float, outcome: str) -> OpRecord:
     return OpRecord("peer", "acquire", agent, t0 - origin, time.perf_counter() - t0, outcome)
 
 
+async def _hold(spent: list[float]) -> None:
+    """Hold the lock ``HOLD`` seconds, noting how long that took: an asyncio sleep can
+    overrun (epoll waits in whole milliseconds, rounded up, after any earlier wake-up)
+    more than a thread's ``time.sleep``, and that overrun is not the lock's."""
+    t0 = time.perf_counter()
+    await asyncio.sleep(HOLD)
+    spent.append(time.perf_counter() - t0)
+
+
 def _lock_result(
-    records: list[OpRecord], per_agent: list[int], elapsed: float, final: int
+    records: list[OpRecord], per_agent: list[int], elapsed: float, final: int, holds: list[float]
 ) -> _Peer:
     return _Peer(
         records,
@@ -336,6 +348,7 @@ def _lock_result(
             "served": sum(1 for c in per_agent if c),
             "jain": round(jain(per_agent), 4),
             "acquisitions": sum(per_agent),
+            "hold_ms": round(1000 * sum(holds) / len(holds), 4) if holds else None,
         },
     )
 
@@ -352,6 +365,7 @@ def _redis_lock_threads(spec: PeerSpec, target: Target, settings: Settings) -> _
     admin.set(counter_key, 0)
     records: list[OpRecord] = []
     per_agent = [0] * spec.agents
+    holds: list[float] = []  # list.append is atomic: threads share it
     guard = threading.Lock()
     origin = time.perf_counter()
     deadline = origin + settings.duration
@@ -376,7 +390,9 @@ def _redis_lock_threads(spec: PeerSpec, target: Target, settings: Settings) -> _
                 )
                 try:
                     value = int(conn.get(counter_key) or 0)
+                    t1 = time.perf_counter()
                     time.sleep(HOLD)
+                    holds.append(time.perf_counter() - t1)
                     conn.set(counter_key, value + 1)
                     count += 1
                 finally:
@@ -397,7 +413,7 @@ def _redis_lock_threads(spec: PeerSpec, target: Target, settings: Settings) -> _
     final = int(admin.get(counter_key) or 0)
     admin.delete(counter_key, f"lock:{key}", f"lock-signal:{key}")
     admin.close()
-    return _lock_result(records, per_agent, elapsed, final)
+    return _lock_result(records, per_agent, elapsed, final, holds)
 
 
 # ------------------------------------------------------------------------ event logs

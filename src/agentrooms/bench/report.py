@@ -360,6 +360,7 @@ def peer_rows(peers: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                 "vs_solo": rate / solo_rate if rate is not None and solo_rate else None,
                 "served": _median(c["extra"]["served"] for c in cells),
                 "jain": _median(c["extra"]["jain"] for c in cells),
+                "hold_ms": _median(c["extra"].get("hold_ms") for c in cells),
                 "wait_p50_s": _phase(cells, "acquire", "p50"),
                 "wait_p99_s": _phase(cells, "acquire", "p99"),
                 "lost": sum(c["check"]["lost"] + c["check"]["duplicated"] for c in cells),
@@ -404,15 +405,16 @@ def _peer_markdown(peers: list[dict[str, Any]], notes: list[str]) -> list[str]:
             "### Locks (1 ms held; a counter incremented without a compare under the lock)",
             "",
             "| backend | lock | agents | acquisitions/s | vs solo | agents served | Jain "
-            "| wait p50 ms | wait p99 ms | lost |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| hold ms | wait p50 ms | wait p99 ms | lost |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows["locks"]:
             lines.append(
                 f"| {r['backend']} | {r['impl']} | {r['agents']} | "
                 f"{_rate(r['acquisitions_per_s'])} | {_pct(r['vs_solo'])} | "
                 f"{_num(r['served'], 0)}/{r['agents']} | {_num(r['jain'], 3)} | "
-                f"{_ms(r['wait_p50_s'])} | {_ms(r['wait_p99_s'])} | {r['lost']} |"
+                f"{_num(r['hold_ms'], 3)} | {_ms(r['wait_p50_s'])} | "
+                f"{_ms(r['wait_p99_s'])} | {r['lost']} |"
             )
         lines.append("")
     if rows["events"]:
@@ -511,6 +513,7 @@ def print_report(report: Report, console: Console, notes: list[str]) -> None:
             "vs solo",
             "served",
             "Jain",
+            "hold ms",
             "p99 wait ms",
         ):
             table.add_column(col, justify="left" if col in ("backend", "lock") else "right")
@@ -523,6 +526,7 @@ def print_report(report: Report, console: Console, notes: list[str]) -> None:
                 _pct(r["vs_solo"]),
                 f"{_num(r['served'], 0)}/{r['agents']}",
                 _num(r["jain"], 3),
+                _num(r["hold_ms"], 3),
                 _ms(r["wait_p99_s"]),
             )
         console.print(table)
