@@ -438,6 +438,28 @@ async def test_a_pipeline_cut_off_by_its_deadline_fails_every_caller(
         await store.close()
 
 
+async def test_a_wire_that_keeps_answering_outlives_its_deadline(redis_url: str) -> None:
+    """The deadline is per reply, not per connection: calls answered in time, back to
+    back or after an idle spell, for longer than the deadline, keep the one wire."""
+    store = await open_store(redis_url + "&socket_timeout=0.2")
+    assert isinstance(store, RedisStore)
+    room = _room()
+    try:
+        await store.transact(room, writes=[Put("k", 0)])
+        wire = store._wire
+        assert wire is not None and wire.deadline == 0.2
+        until = time.monotonic() + 0.6
+        while time.monotonic() < until:
+            await store.read(room, ["k"])
+        await asyncio.sleep(0.3)  # idle past the deadline: nothing is late
+        await asyncio.gather(*(store.read(room, ["k"]) for _ in range(50)))
+        assert store._wire is wire and wire.usable
+        await asyncio.sleep(0.45)  # the timer fires once more, finds nothing waiting...
+        assert wire._watchdog is None and wire.usable  # ...and is not armed again
+    finally:
+        await store.close()
+
+
 async def test_a_connection_the_server_drops_is_dialled_again(
     redis_store: RedisStore, raw: aredis.Redis
 ) -> None:

@@ -327,25 +327,20 @@ class RedisStore(Store):
             raise _unavailable(exc) from exc
 
     async def _send(self, command: list[bytes]) -> Any:
-        """One command on the wire (:mod:`.wire`), its reply within the store's deadline,
-        dialling included. Concurrent calls pipeline on the one connection (written at
-        once, or with the other calls of their event-loop turn), and Redis answers them
-        in order.
+        """One command on the wire (:mod:`.wire`), its reply within the store's deadline
+        (and a dial first, if needed, within another). Concurrent calls pipeline on the
+        one connection (written at once, or with the other calls of their event-loop
+        turn), and Redis answers them in order.
 
-        If the deadline passes with the reply still to come, the wire is closed and the
-        next call dials a new one: a connection that stopped answering is replaced
-        rather than waited on by every later call. Its other callers fail at once with
+        If the deadline passes with a reply still to come, the wire closes itself and
+        the next call dials a new one: a connection that stopped answering is replaced
+        rather than waited on by every later call. Every caller waiting on it fails with
         ``ConnectionError`` (outcome unknown), as on any broken connection."""
         wire = self._wire
-        try:
+        if wire is None or not wire.usable:
             async with asyncio.timeout(self.timeout):
-                if wire is None or not wire.usable:
-                    wire = await self._redial()
-                return await wire.call(command)
-        except TimeoutError:
-            if wire is not None:
-                wire.close(f"gave no reply within {self.timeout} s")
-            raise
+                wire = await self._redial()
+        return await wire.call(command)
 
     async def _redial(self) -> Wire:
         """A new wire: one dial, shared by every caller that needs it meanwhile (one
@@ -359,7 +354,7 @@ class RedisStore(Store):
 
     async def _dial(self) -> Wire:
         async with asyncio.timeout(self._options.socket_connect_timeout or self.timeout):
-            wire = await dial(self._options)
+            wire = await dial(self._options, self.timeout)
         if self._closed:  # closed while dialling
             wire.close()
             raise ConnectionError("the Redis store is closed")
