@@ -30,9 +30,10 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   made while nothing is in flight is written at once; calls made while others are in
   flight go out together at the end of the event loop's turn, in one write. Concurrent
   callers share one connection, one write per turn and one read per burst of replies.
-* Each call is bounded by ``socket_timeout`` (default 5 s), dialling included. A wire
-  whose reply does not come in time is closed and the next call dials a new one; the
-  other calls waiting on it fail at once. Every failure is ``StoreUnavailable`` with the
+* Each reply is due within ``socket_timeout`` (default 5 s) of its command, and a dial
+  that a call needs first gets as long again. A wire whose reply does not come in time
+  is closed (one timer per wire, not one per call) and the next call dials a new one;
+  every call waiting on it fails at once. Every failure is ``StoreUnavailable`` with the
   cause chained, outcome unknown: nothing is retried here (a retried EVALSHA could apply
   a transact twice), the caller retries its idempotent command.
 * Blocking reads (a ``watch`` or ``follow_log`` that waits) each take a *watch wire* of
@@ -90,7 +91,7 @@ from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_u
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
-"""Seconds one call may take, dialling included, unless the URL gives ``socket_timeout``."""
+"""Seconds a reply (and a dial) may take, unless the URL gives ``socket_timeout``."""
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
@@ -266,7 +267,6 @@ class RedisStore(Store):
         except TypeError as exc:
             raise BadRequest(f"unknown parameter in Redis URL {redact_url(url)!r}: {exc}") from exc
         self._redis: Redis = Redis.from_pool(pool)  # INFO and CONFIG only
-        self._free = asyncio.Semaphore(pool.max_connections)
         self._wire: Wire | None = None  # the hot path's connection: see _send
         self._dialing: asyncio.Task[Wire] | None = None
         self._closed = False
@@ -288,14 +288,11 @@ class RedisStore(Store):
 
     async def _call(self, command: Callable[..., Awaitable[T]], *args: Any) -> T:
         """The one seam between agentrooms and redis-py (see the module docstring)."""
-        await self._free.acquire()
         try:
             async with asyncio.timeout(self.timeout):
                 return await command(*args)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise _unavailable(exc) from exc
-        finally:
-            self._free.release()
 
     async def _load_scripts(self) -> None:
         """SCRIPT LOAD every script, pipelined (the first call dials the wire: a wrong
