@@ -416,11 +416,7 @@ async def test_a_pipeline_cut_off_by_its_deadline_fails_every_caller(
     their replies: every caller gets ``StoreUnavailable`` (outcome unknown), none waits
     forever, the connection that stopped answering is dropped, and the store works
     again afterwards on a new one."""
-    store = await open_store(redis_url + "&socket_timeout=0.3")
-    assert isinstance(store, RedisStore)
-    room = _room()
-    try:
-        await store.transact(room, writes=[Put("w", 0)])
+    async with _with_deadline(redis_url, 0.3) as (store, room):
         stalled = store._wire
         assert stalled is not None
         stall = asyncio.ensure_future(raw.eval(BUSY, 0, 800_000))
@@ -434,18 +430,12 @@ async def test_a_pipeline_cut_off_by_its_deadline_fails_every_caller(
         await stall
         assert (await store.transact(room, writes=[Put("after", 1)])).versions
         assert store._wire is not stalled
-    finally:
-        await store.close()
 
 
 async def test_a_wire_that_keeps_answering_outlives_its_deadline(redis_url: str) -> None:
     """The deadline is per reply, not per connection: calls answered in time, back to
     back or after an idle spell, for longer than the deadline, keep the one wire."""
-    store = await open_store(redis_url + "&socket_timeout=0.2")
-    assert isinstance(store, RedisStore)
-    room = _room()
-    try:
-        await store.transact(room, writes=[Put("k", 0)])
+    async with _with_deadline(redis_url, 0.2) as (store, room):
         wire = store._wire
         assert wire is not None and wire.deadline == 0.2
         until = time.monotonic() + 0.6
@@ -456,6 +446,17 @@ async def test_a_wire_that_keeps_answering_outlives_its_deadline(redis_url: str)
         assert store._wire is wire and wire.usable
         await asyncio.sleep(0.45)  # the timer fires once more, finds nothing waiting...
         assert wire._watchdog is None and wire.usable  # ...and is not armed again
+
+
+@contextlib.asynccontextmanager
+async def _with_deadline(redis_url: str, seconds: float) -> AsyncIterator[tuple[RedisStore, str]]:
+    """A store whose replies are due within ``seconds``, and a room with one record."""
+    store = await open_store(f"{redis_url}&socket_timeout={seconds}")
+    assert isinstance(store, RedisStore)
+    room = _room()
+    try:
+        await store.transact(room, writes=[Put("k", 0)])
+        yield store, room
     finally:
         await store.close()
 
