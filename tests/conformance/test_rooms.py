@@ -657,7 +657,8 @@ async def test_a_dead_waiter_drops_out_of_the_queue(
 
 async def test_lock_round_trips(store: Store) -> None:
     """What this process knows of a lock picks a one-write path: an uncontended cycle
-    is two writes and a scan, a handoff to a waiter in line one write per side."""
+    is two writes (no read of the line: nobody joined it), a handoff to a waiter in line
+    one write per side."""
     counting = Interposed(store)
     room = await Rooms(counting).create(f"trips-{uuid.uuid4().hex[:8]}")
     lock = await room.locks.try_acquire("l", "a", ttl=30)
@@ -668,7 +669,7 @@ async def test_lock_round_trips(store: Store) -> None:
         assert lock.fence == i + 2
         assert await room.locks.release(lock)
     assert (counting.calls - calls, counting.reads - reads) == (10, 0)
-    assert counting.scans - scans == 5
+    assert counting.scans - scans == 0
 
     holder = await room.locks.try_acquire("l", "holder", ttl=30)
     calls, reads, scans = counting.calls, counting.reads, counting.scans
@@ -688,11 +689,41 @@ async def test_lock_round_trips(store: Store) -> None:
     # two joins and three releases, and no waiter read the lock: the handoff event said
     # enough, and they knew the holder's lease from this process's own grant. "first"
     # did not even read the entry of "second", whom its handoff event named: "second"
-    # waits in this process, which knows its entry. The line was scanned by the
-    # holder's release, and by "second", who was told of nobody behind it (while it
-    # held the lock, and again at its release, for anyone who joined since)
-    assert (counting.calls - calls, counting.reads - reads) == (5, 0)
+    # waits in this process, which knows its entry. The holder took the lock free, so its
+    # release first tried to free it outright: that write's compare failed (the joins had
+    # rewritten lockline/l), and it scanned the line. "second", told of nobody behind it,
+    # scanned it too (while it held the lock, and again at its release, for anyone who
+    # joined since)
+    assert (counting.calls - calls, counting.reads - reads) == (6, 0)
     assert counting.scans - scans == 3
+
+
+async def test_a_free_release_wakes_a_waiter_left_in_line_by_an_expired_holder(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that finds nobody joined since its grant frees the lock without reading
+    the line. A waiter still in line from before that grant (its holder's lease ran out,
+    and another agent took the lock free) is not handed the lock, but is woken by the
+    release's event and takes it, long before it would have looked again by itself."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "EXPIRY_SLACK", 5.0)  # the waiter's own look: late
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"stale-{uuid.uuid4().hex[:8]}")
+    await room.locks.try_acquire("plan", "A", ttl=0.3)  # A stalls: its lease runs out
+    waiter = asyncio.create_task(room.locks.wait_acquire("plan", "W", ttl=30, timeout=20))
+    while not (await store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    b = await room.locks.acquire("plan", "B", ttl=30, tries=100, step=0.01)  # free, at expiry
+    scans = counting.scans
+    released = time.monotonic()
+    assert await room.locks.release(b)
+    assert counting.scans == scans  # nobody joined since B's grant: the line was not read
+    w = await asyncio.wait_for(waiter, 10)
+    assert time.monotonic() - released < 2.5  # woken by the release, not by its own look
+    assert (w.owner, w.fence) == ("W", b.fence + 1)
+    assert (await store.scan(room.name, "lockq/")).records == []  # out of line
+    assert await room.locks.release(w)
 
 
 async def test_a_local_waiter_whose_entry_left_the_store_is_skipped(store: Store) -> None:

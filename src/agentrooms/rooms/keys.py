@@ -11,6 +11,9 @@ set ``leased``         ids of claimed tasks, scanned for expired leases
 ``lock/<name>``        the current holder of a named lock (expires with its TTL)
 ``lockfence/<name>``   the lock's fencing counter: never expires, never decreases
 ``lockq/<name>/<id>``  an agent queued for the lock (expires unless refreshed)
+``lockline/<name>``    rewritten by every grant of a free lock and every join of its line:
+                       a release that finds it unchanged since its grant knows that
+                       nobody joined, and skips reading the line
 ``cursor/<agent>``     the agent's position in the room's event log
 ``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
 ``doc/<name>``         a versioned document
@@ -56,6 +59,10 @@ def lock(name: str) -> str:
 
 def lock_fence(name: str) -> str:
     return f"lockfence/{name}"
+
+
+def lock_line(name: str) -> str:
+    return f"lockline/{name}"
 
 
 def lock_queue(name: str) -> str:

@@ -33,13 +33,16 @@ one write each, and fall back to the commit loop when a guess was wrong:
   it never grants anything;
 * a release is one write, which compares the holder record's fencing token with the
   caller's (fails: the grant is gone, ``False``) and the head of the line present
-  (fails: it left, try the next). Finding the head costs a scan of the line, but not
-  once per handoff: a handoff event names the waiters behind the new holder, in order
-  (up to :data:`LINE` of them), and the new holder reads just the first of those that
-  is still there, while it holds the lock; if that waiter waits in this process, the
-  holder knows its entry without reading it (:data:`_waiting`). A line of n waiters
-  costs one scan per :data:`LINE` handoffs instead of one per handoff, and decodes at
-  most two entries per handoff instead of n.
+  (fails: it left, try the next). A grant of a free lock rewrites ``lockline/<name>``,
+  as every join of the line does: its release compares that record still at the version
+  its grant wrote, and so knows without reading that nobody joined (fails: someone did,
+  read the line). An uncontended take and release are two writes. Finding the head of a
+  line costs a scan of it, but not once per handoff: a handoff event names the waiters
+  behind the new holder, in order (up to :data:`LINE` of them), and the new holder reads
+  just the first of those that is still there, while it holds the lock; if that waiter
+  waits in this process, the holder knows its entry without reading it
+  (:data:`_waiting`). A line of n waiters costs one scan per :data:`LINE` handoffs
+  instead of one per handoff, and decodes at most two entries per handoff instead of n.
 
 Why a named waiter is still the head when the release finds it present: the names come
 from a scan sorted by ticket (the version a waiter's entry got when it joined), and
@@ -75,6 +78,7 @@ from agentrooms.store.base import (
     Record,
     Store,
     TransactResult,
+    VersionIs,
     Write,
     seen,
 )
@@ -131,6 +135,9 @@ class _Seen:
     # for a grant of ours that came from the line: the front of the line, looked up while
     # we hold the lock, so that our release is one write (the write compares it present)
     line: asyncio.Task[_Line] | None = None
+    # for a grant of ours of a free lock: the version it gave ``lockline/<name>``; while
+    # that record is unchanged, nobody has joined the line since
+    mark: int | None = None
 
 
 _seen: weakref.WeakKeyDictionary[Store, dict[tuple[str, str], _Seen]] = weakref.WeakKeyDictionary()
@@ -160,6 +167,12 @@ def _grant(name: str, holder: dict[str, Any]) -> list[Write]:
     ]
 
 
+def _mark(name: str) -> Put:
+    """The write that tells a release of the lock that someone took it free or joined its
+    line since (its value does not matter, its new version does)."""
+    return Put(keys.lock_line(name), 0)
+
+
 class Locks:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
@@ -176,8 +189,9 @@ class Locks:
         while len(known) > SEEN:
             del known[next(iter(known))]  # the least recently learned: a guess less
 
-    def _saw_grant(self, lock: Lock, store_now: float) -> None:
-        self._saw(lock.name, _Seen(True, lock.fence, _local(lock.expires_at, store_now)))
+    def _saw_grant(self, lock: Lock, store_now: float, mark: int | None = None) -> None:
+        until = _local(lock.expires_at, store_now)
+        self._saw(lock.name, _Seen(True, lock.fence, until, mark=mark))
 
     def _lock(self, name: str, value: dict[str, Any], expires_at: float) -> Lock:
         return Lock(
@@ -213,13 +227,13 @@ class Locks:
             )
             try:
                 done = await self._scope.transact(
-                    [Absent(keys.lock(name)), counter], _grant(name, holder)
+                    [Absent(keys.lock(name)), counter], [*_grant(name, holder), _mark(name)]
                 )
             except (VersionConflict, StaleFence):
                 pass  # taken since, or granted and released elsewhere: read it
             else:
                 lock = self._lock(name, holder, done.now + ttl)
-                self._saw_grant(lock, done.now)
+                self._saw_grant(lock, done.now, done.versions[keys.lock_line(name)])
                 return lock
         return await self._take_read(name, owner, ttl, token)
 
@@ -237,7 +251,7 @@ class Locks:
                 seen[:] = [_Seen(True, fence, _local(held.expires_at, view.now))]
                 raise LockHeld(name, held.value["owner"])
             holder = _holder(owner, token, fence + 1, ttl)
-            writes = _grant(name, holder)
+            writes = [*_grant(name, holder), _mark(name)]
             if queued is not None and view.exists(queued):
                 writes.append(Delete(queued))
             return Change(writes=writes, result={"holder": holder, "now": view.now})
@@ -251,7 +265,7 @@ class Locks:
             raise
         now = done.result["now"]
         lock = self._lock(name, done.result["holder"], now + ttl)
-        self._saw_grant(lock, now)
+        self._saw_grant(lock, now, done.versions.get(keys.lock_line(name)))
         return lock
 
     async def acquire(
@@ -380,7 +394,7 @@ class Locks:
         while True:
             try:
                 joined = await self._scope.transact(
-                    [Present(keys.lock(name))], [Put(queued, entry, ttl=WAITER_TTL)]
+                    [Present(keys.lock(name))], [Put(queued, entry, ttl=WAITER_TTL), _mark(name)]
                 )
             except VersionConflict as exc:
                 if keys.lock(name) not in exc.conflicts:
@@ -450,17 +464,27 @@ class Locks:
         ``StaleFence`` is raised instead of returning ``False``."""
         writes = list(writes)
         seen = self._seen_of(lock.name)
-        ahead = None if seen is None or seen.fence != lock.fence else seen.line
-        line = await self._front(lock.name, ahead)
+        if seen is None or seen.fence != lock.fence:
+            seen = None
+        # Nobody joined since our grant of the free lock (if that record is unchanged):
+        # release it without reading the line. Else the line's front, looked up.
+        extra: list[Compare] = []
+        if seen is not None and seen.mark is not None:
+            line, extra = _Line(None), [VersionIs(keys.lock_line(lock.name), seen.mark)]
+        else:
+            line = await self._front(lock.name, None if seen is None else seen.line)
         while True:
             try:
-                await self._release(lock, line, writes)
+                await self._release(lock, line, writes, extra)
             except StaleFence:
                 await self._scope.read([])  # NotFound if the room itself is gone
                 if writes:
                     raise
                 return False
             except VersionConflict as exc:
+                if extra and keys.lock_line(lock.name) in exc.conflicts:
+                    line, extra = await self._front(lock.name), []  # someone joined
+                    continue
                 if line.head is None or line.head.key not in exc.conflicts:
                     raise
                 # the head left between the lookup and the write: the next one named
@@ -473,16 +497,21 @@ class Locks:
                 self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
             return True
 
-    async def _release(self, lock: Lock, line: _Line, writes: list[Write]) -> TransactResult:
+    async def _release(
+        self, lock: Lock, line: _Line, writes: list[Write], compares: list[Compare]
+    ) -> TransactResult:
         """One write: release ``lock`` (its holder record still carries its fencing
         token, or ``StaleFence``), handing it to the waiter at the head of ``line`` if it
-        is still there (else ``VersionConflict`` naming it), with ``writes``."""
+        is still there (else ``VersionConflict`` naming it), with ``writes``, if
+        ``compares`` hold (else ``VersionConflict``)."""
         mine = FenceAtMost(keys.lock(lock.name), lock.fence)
         head = line.head
         if head is None:
             data: dict[str, Any] = {"lock": lock.name, "owner": lock.owner}
             done = await self._scope.transact(
-                [mine], [*writes, Delete(keys.lock(lock.name))], [Append("lock.released", data)]
+                [mine, *compares],
+                [*writes, Delete(keys.lock(lock.name))],
+                [Append("lock.released", data)],
             )
             self._tell(Event(done.seqs[0], "lock.released", data, done.now))
             return done
@@ -499,7 +528,7 @@ class Locks:
             "line": list(line.behind[:LINE]),
         }
         done = await self._scope.transact(
-            [mine, Present(head.key)],
+            [mine, Present(head.key), *compares],
             [*writes, *_grant(lock.name, holder), Delete(head.key)],
             [Append("lock.handoff", data)],
         )
@@ -577,7 +606,9 @@ class Locks:
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         extended = self._lock(lock.name, holder, done.result)
-        self._saw(lock.name, _Seen(True, lock.fence, time.monotonic() + length))
+        seen = self._seen_of(lock.name)
+        mark = seen.mark if seen is not None and seen.fence == lock.fence else None
+        self._saw(lock.name, _Seen(True, lock.fence, time.monotonic() + length, mark=mark))
         return extended
 
     async def holder(self, name: str) -> LockInfo | None:
