@@ -10,8 +10,8 @@
     python3 dev.py run CMD...  any command inside the project environment
 
 The first call creates ``.venv`` (with ``uv`` installed into it from PyPI when no ``uv``
-is on PATH) and installs the locked dependencies with ``uv sync --frozen``; later calls
-only re-sync, which is a no-op when nothing changed.
+is on PATH) and installs the locked dependencies with ``uv sync --frozen``, compiled to
+bytecode; later calls only re-sync, which is a no-op when nothing changed.
 """
 
 from __future__ import annotations
@@ -43,9 +43,16 @@ def _uv() -> str:
 
 
 def sync() -> None:
+    # --compile-bytecode: the dependencies' .pyc files are written once, here (a few
+    # seconds, the first time only), so that every later process imports them instead of
+    # compiling them, also where PYTHONDONTWRITEBYTECODE keeps Python from writing them
+    # (about 0.8 s per process on the CI machine)
     env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV))
     subprocess.run(
-        [_uv(), "sync", "--frozen", "--all-extras", "--quiet"], cwd=ROOT, env=env, check=True
+        [_uv(), "sync", "--frozen", "--all-extras", "--quiet", "--compile-bytecode"],
+        cwd=ROOT,
+        env=env,
+        check=True,
     )
 
 
