@@ -670,6 +670,9 @@ async def test_lock_round_trips(store: Store) -> None:
         assert await room.locks.release(lock)
     assert (counting.calls - calls, counting.reads - reads) == (10, 0)
     assert counting.scans - scans == 0
+    lock = await room.locks.extend(await room.locks.try_acquire("l", "a", ttl=30), 60)
+    assert await room.locks.release(lock)  # an extended grant keeps what its release uses
+    assert counting.scans - scans == 0
 
     holder = await room.locks.try_acquire("l", "holder", ttl=30)
     calls, reads, scans = counting.calls, counting.reads, counting.scans

@@ -58,7 +58,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrooms.commit import Change, View
@@ -265,7 +265,7 @@ class Locks:
             raise
         now = done.result["now"]
         lock = self._lock(name, done.result["holder"], now + ttl)
-        self._saw_grant(lock, now, done.versions.get(keys.lock_line(name)))
+        self._saw_grant(lock, now, done.versions[keys.lock_line(name)])
         return lock
 
     async def acquire(
@@ -606,9 +606,12 @@ class Locks:
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         extended = self._lock(lock.name, holder, done.result)
+        until = time.monotonic() + length
         seen = self._seen_of(lock.name)
-        mark = seen.mark if seen is not None and seen.fence == lock.fence else None
-        self._saw(lock.name, _Seen(True, lock.fence, time.monotonic() + length, mark=mark))
+        if seen is not None and seen.fence == lock.fence:  # keep what the release will use
+            self._saw(lock.name, replace(seen, held=True, until=until))
+        else:
+            self._saw(lock.name, _Seen(True, lock.fence, until))
         return extended
 
     async def holder(self, name: str) -> LockInfo | None:
