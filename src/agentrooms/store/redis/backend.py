@@ -31,11 +31,12 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   flight go out together at the end of the event loop's turn, in one write. Concurrent
   callers share one connection, one write per turn and one read per burst of replies.
 * Each reply is due within ``socket_timeout`` (default 5 s) of its command, and a dial
-  that a call needs first gets as long again. A wire whose reply does not come in time
-  is closed (one timer per wire, not one per call) and the next call dials a new one;
-  every call waiting on it fails at once. Every failure is ``StoreUnavailable`` with the
-  cause chained, outcome unknown: nothing is retried here (a retried EVALSHA could apply
-  a transact twice), the caller retries its idempotent command.
+  that a call needs first within ``socket_connect_timeout`` (default: the same). A wire
+  whose reply does not come in time is closed (one timer per wire, not one per call) and
+  the next call dials a new one; every call waiting on it fails at once. Every failure
+  is ``StoreUnavailable`` with the cause chained, outcome unknown: nothing is retried
+  here (a retried EVALSHA could apply a transact twice), the caller retries its
+  idempotent command.
 * Blocking reads (a ``watch`` or ``follow_log`` that waits) each take a *watch wire* of
   their own, idle or dialled, so waiters never hold up the hot path, and a connection
   left mid-BLOCK never serves anything else: it is closed unless both replies were read.
@@ -91,7 +92,8 @@ from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_u
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
-"""Seconds a reply (and a dial) may take, unless the URL gives ``socket_timeout``."""
+"""Seconds a reply may take (and a dial, unless the URL says otherwise), unless the URL
+gives ``socket_timeout``."""
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
@@ -325,9 +327,9 @@ class RedisStore(Store):
 
     async def _send(self, command: list[bytes]) -> Any:
         """One command on the wire (:mod:`.wire`), its reply within the store's deadline
-        (and a dial first, if needed, within another). Concurrent calls pipeline on the
-        one connection (written at once, or with the other calls of their event-loop
-        turn), and Redis answers them in order.
+        (and a dial first, if needed, within ``socket_connect_timeout``). Concurrent
+        calls pipeline on the one connection (written at once, or with the other calls of
+        their event-loop turn), and Redis answers them in order.
 
         If the deadline passes with a reply still to come, the wire closes itself and
         the next call dials a new one: a connection that stopped answering is replaced
@@ -335,8 +337,7 @@ class RedisStore(Store):
         ``ConnectionError`` (outcome unknown), as on any broken connection."""
         wire = self._wire
         if wire is None or not wire.usable:
-            async with asyncio.timeout(self.timeout):
-                wire = await self._redial()
+            wire = await self._redial()  # bounded by the dial's own deadline
         return await wire.call(command)
 
     async def _redial(self) -> Wire:
