@@ -59,6 +59,10 @@ def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
         if cell["kind"] == "peer" and cell["group"] == "locks":
             extra = cell["extra"]
             assert isinstance(extra, dict) and extra["hold_ms"] >= 1.0, cell["cell"]
+            # the run is a chain of holds, each with what the lock adds to it
+            elapsed = cell["phases"]["acquire"]["elapsed"]  # type: ignore[index]
+            chain = (extra["hold_ms"] + extra["overhead_ms"]) * extra["acquisitions"] / 1000
+            assert extra["overhead_ms"] > 0 and chain == pytest.approx(elapsed, rel=1e-3)
         check = cell["check"]
         assert isinstance(check, dict)
         assert check["lost"] == 0 and check["duplicated"] == 0, cell["cell"]
