@@ -90,6 +90,42 @@ def append_after(url: str, room: str, delay: float) -> int:
     return asyncio.run(run())
 
 
+def contend_for_lock(
+    url: str, room: str, proc: int, agents: int, rounds: int, hold: float
+) -> list[tuple[str, int, float, float]]:
+    """``agents`` agents of this process each take the room's lock ``one`` ``rounds``
+    times through its line (``wait_acquire``), and under it read the counter, hold for
+    ``hold`` seconds and write it back plus one (fenced by the grant). Returns (owner,
+    fencing token, wall-clock start, wall-clock end) per acquisition."""
+    import time
+
+    from agentrooms.rooms import Rooms
+
+    async def run() -> list[tuple[str, int, float, float]]:
+        store = await open_store(url)
+        held: list[tuple[str, int, float, float]] = []
+        try:
+            locks = Rooms(store).room(room).locks
+
+            async def agent(owner: str) -> None:
+                for _ in range(rounds):
+                    async with locks.hold("one", owner, ttl=30, queue_timeout=120) as lock:
+                        start = time.time()
+                        count = (await store.read(room, ["counter"])).value("counter", 0)
+                        await asyncio.sleep(hold)
+                        await store.transact(
+                            room, compares=[lock.guard()], writes=[Put("counter", count + 1)]
+                        )
+                        held.append((lock.owner, lock.fence, start, time.time()))
+
+            await asyncio.gather(*(agent(f"p{proc}a{i}") for i in range(agents)))
+        finally:
+            await store.close()
+        return held
+
+    return asyncio.run(run())
+
+
 STALE_FENCE_EXIT = 3
 
 
