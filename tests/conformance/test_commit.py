@@ -261,6 +261,43 @@ async def test_concurrent_senders_of_one_command_apply_it_once(backend: Backend,
         await s.close()
 
 
+@pytest.mark.slow
+async def test_committers_in_separate_processes(backend: Backend, room: str) -> None:
+    """Three processes of four writers commit increments of one counter: local turns
+    order the writers of a process, the store the processes. Every commit saw a
+    distinct state and the log holds them in that order; one command sent by all twelve
+    writers applied once, and all twelve got its outcome."""
+    if not backend.shared_across_processes:
+        pytest.skip("memory:// is private to one process (covered in-process above)")
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tests.conformance import workers
+
+    procs, writers, count = 3, 4, 10
+    loop = asyncio.get_running_loop()
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(procs, mp_context=spawn) as pool:
+        done = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    pool, workers.commit_increments, backend.url, room, p, writers, count
+                )
+                for p in range(procs)
+            )
+        )
+    total = procs * writers * count + 1  # every writer's own commits, and "shared" once
+    shared = {n for _, outcomes in done for n in outcomes}
+    assert len(shared) == 1, f"the shared command's deliveries disagree: {shared}"
+    own = sorted(n for values, _ in done for n in values)
+    assert sorted([*own, *shared]) == list(range(1, total + 1))
+    store = await backend.open()
+    assert (await store.read(room, ["counter"])).value("counter") == total
+    log = await store.read_log(room, 0, 1000)
+    assert [e.data["n"] for e in log] == list(range(1, total + 1))
+    await store.close()
+
+
 async def test_same_id_with_another_payload_is_rejected(store: Store, room: str) -> None:
     await commit(store, room, increment, 1, keys=["counter"], command_id="c")
     with pytest.raises(IdempotencyMismatch):

@@ -126,6 +126,49 @@ def contend_for_lock(
     return asyncio.run(run())
 
 
+def _add(view: Any, by: int) -> Any:
+    """The commit loop's transition for :func:`commit_increments`: counter + ``by``."""
+    from agentrooms import Change
+
+    n = view.get("counter", 0) + by
+    return Change(writes=[Put("counter", n)], appends=[Append("added", {"n": n})], result=n)
+
+
+def commit_increments(
+    url: str, room: str, proc: int, writers: int, count: int
+) -> tuple[list[int], list[int]]:
+    """``writers`` writers of this process each commit ``count`` increments of one shared
+    counter through ``commit`` (each its own command id), then one delivery of the
+    command ``shared`` that every writer of every process also sends. Returns the counter
+    value each of their own commits produced, and what each delivery of ``shared`` got."""
+    from agentrooms import RetryPolicy, commit
+
+    async def run() -> tuple[list[int], list[int]]:
+        store = await open_store(url)
+        policy = RetryPolicy(max_attempts=1000, budget=120)  # contention, not a limit
+        try:
+
+            async def writer(i: int) -> tuple[list[int], int]:
+                own = []
+                for n in range(count):
+                    done = await commit(
+                        store, room, _add, 1, keys=["counter"], command_id=f"p{proc}w{i}c{n}",
+                        policy=policy,
+                    )  # fmt: skip
+                    own.append(done.result)
+                shared = await commit(
+                    store, room, _add, 1, keys=["counter"], command_id="shared", policy=policy
+                )
+                return own, shared.result
+
+            outs = await asyncio.gather(*(writer(i) for i in range(writers)))
+        finally:
+            await store.close()
+        return [n for own, _ in outs for n in own], [shared for _, shared in outs]
+
+    return asyncio.run(run())
+
+
 STALE_FENCE_EXIT = 3
 
 
