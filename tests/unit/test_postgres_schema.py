@@ -52,7 +52,7 @@ from agentrooms.store import (
 )
 from agentrooms.store.base import PreparedSetOp, fence_of
 from agentrooms.store.memory import MemoryStore
-from agentrooms.store.postgres.backend import _set_args
+from agentrooms.store.postgres.backend import PostgresStore, _set_args
 from agentrooms.store.postgres.sql import MIGRATIONS, QUERIES, migrate, quote_ident
 
 # What a schema holds, each row with the schema's name replaced by "<schema>".
@@ -683,6 +683,41 @@ async def _one(conn: asyncpg.Connection, channel: str) -> bool:
 
 async def _none(conn: asyncpg.Connection, channel: str) -> bool:
     return not await _listener_pids(conn, channel)
+
+
+@pytest.mark.parametrize("shared_channel", [False, True])
+async def test_a_notified_seq_is_the_watch_answer_on_a_channel_of_its_own(
+    postgres_url: str, shared_channel: bool
+) -> None:
+    """A notification carries the room's newest sequence number, committed: on a channel
+    that is this schema's alone it answers the watch without a re-read. A schema name of
+    52 bytes or more is cut to fit the channel, which any schema of the same first 52
+    bytes shares; there the number may be another store's, and only wakes the watch to
+    re-read it."""
+    schema = f"t_{uuid.uuid4().hex[:12]}" + ("_" + "x" * 40 if shared_channel else "")
+    waiter, writer = await _open_many(postgres_url, schema, 2)
+    assert isinstance(waiter, PostgresStore)
+    reads = 0
+    last_seq = waiter._last_seq
+
+    async def counted(room: str) -> int:
+        nonlocal reads
+        reads += 1
+        return await last_seq(room)
+
+    waiter._last_seq = counted  # type: ignore[method-assign]
+    try:
+        watch = asyncio.create_task(waiter.watch("r", 0, 30))
+
+        async def registered() -> bool:  # listening, and has read the seq once
+            return reads == 1
+
+        await _until(registered, "the watch is registered")
+        await writer.transact("r", appends=[Append("x"), Append("y")])
+        assert await asyncio.wait_for(watch, 5) == 2
+        assert reads == (2 if shared_channel else 1)
+    finally:
+        await _close_all([waiter, writer])
 
 
 async def test_watch_reconnects_when_the_listener_is_killed(

@@ -8,7 +8,8 @@ the store spends its time answering questions whose answer is "not yet".
 A :class:`Follower` instead reads the room's log once per batch of new events, for all
 the waiters of this process, and hands each waiter only the events its ``match`` accepts:
 one ``Store.follow_log`` per batch (one round trip on Redis; a watch and a read on the
-other backends), whatever the number of waiters.
+other backends, or the watch alone when the batch is this process's own appends, told
+already: see below), whatever the number of waiters.
 
 Guarantee: a subscription sees every matching event appended after :func:`follow`
 returned it (the follower's position was read before the subscription existed, and it
@@ -153,8 +154,15 @@ class Follower:
                 await asyncio.sleep(FAILURE_PAUSE)
 
     async def _step(self) -> None:
-        assert self._position is not None
-        events = await self.store.follow_log(self.room, self._position, IDLE_WATCH, PAGE)
+        position = self._position
+        assert position is not None
+        if self.store.follow_returns_events:
+            events = await self.store.follow_log(self.room, position, IDLE_WATCH, PAGE)
+        else:
+            seq = await self.store.watch(self.room, position, IDLE_WATCH)
+            if seq <= position or self._all_told(position, seq):
+                return
+            events = await self.store.read_log(self.room, position, PAGE)
         if not events:
             return
         self._position = events[-1].seq
@@ -167,6 +175,17 @@ class Follower:
                 subscription._deliver(event)
         if told:  # told, then skipped over (the follower lost track and started anew)
             told.difference_update([seq for seq in told if seq <= self._position])
+
+    def _all_told(self, position: int, seq: int) -> bool:
+        """If every event after ``position`` up to ``seq`` was told (this process
+        appended them all, and they were handed out then), move past them without
+        reading them back: ``True``. Else ``False``, and nothing changes."""
+        told, new = self._told, range(position + 1, seq + 1)
+        if len(new) > len(told) or any(s not in told for s in new):
+            return False
+        told.difference_update(new)
+        self._position = seq
+        return True
 
     def _switch_handle(self) -> None:
         for subscription in self.subscriptions:

@@ -495,6 +495,14 @@ class Store(abc.ABC):
         (:attr:`shared_by_url`)."""
         return (self.backend, self.url) if self.shared_by_url else self
 
+    @property
+    def follow_returns_events(self) -> bool:
+        """Whether :meth:`follow_log` gets the new events in the round trip that waits
+        for them (Redis: ``XREAD BLOCK``). If not, it is :meth:`watch`, then
+        :meth:`read_log`, and a reader that already holds every new event (this process
+        appended them) can stop after the watch."""
+        return False
+
     # -- public, validated -------------------------------------------------------
 
     async def read(self, room: str, keys: Sequence[str]) -> Snapshot:

@@ -58,9 +58,17 @@ class Forwarding(Store):
     async def _watch(self, room: str, after: int, timeout: float) -> int:
         return await self.inner._watch(room, after, timeout)
 
-    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
+    def _forwards_follow(self) -> bool:
+        """The inner store's ``follow_log`` is this one's (no override to route it by)."""
         cls = type(self)
-        if cls._watch is Forwarding._watch and cls._read_log is Forwarding._read_log:
+        return cls._watch is Forwarding._watch and cls._read_log is Forwarding._read_log
+
+    @property
+    def follow_returns_events(self) -> bool:
+        return self._forwards_follow() and self.inner.follow_returns_events
+
+    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
+        if self._forwards_follow():
             return await self.inner._follow_log(room, after, timeout, limit)
         return await super()._follow_log(room, after, timeout, limit)
 

@@ -519,7 +519,9 @@ class PostgresStore(Store):
                 # the client noticing delays a wake-up by at most this long.
                 await asyncio.wait([waiter.future], timeout=min(remaining, _RECHECK))
                 if waiter.future.done():
-                    waiter.future.result()  # raises StoreUnavailable if the store closed
+                    notified = waiter.future.result()  # StoreUnavailable if it closed
+                    if notified is not None:
+                        return notified  # committed, and past after: no need to re-read
             finally:
                 self._listener.discard(waiter)
 

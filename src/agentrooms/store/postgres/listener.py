@@ -12,12 +12,16 @@ The protocol that makes a wake-up impossible to miss (``PostgresStore._watch``):
 2. make sure the connection is listening (:meth:`Listener.listen`, reconnecting if need be);
 3. read the room's last sequence number: an append committed before this read is seen
    by it, one committed after it is notified to a registered waiter;
-4. wait for the waiter's future (or the timeout), then start again from 1.
+4. wait for the waiter's future (or the timeout): a notification resolves it with the
+   sequence number it carries, which is the answer; anything else (a dropped
+   connection, the timeout) starts again from 1.
 
 If the connection drops, notifications sent meanwhile are lost: every waiter is woken so
 that it reconnects (step 2) and re-reads (step 3). A payload that is not ours (another
-application on the same channel) wakes nobody; another store's room of the same name
-(two schemas sharing a truncated channel name) costs a spurious wake-up and a re-read.
+application on the same channel) wakes nobody. Two schemas whose names share their
+first 52 bytes share a channel (it is cut to 63 bytes); then a notified number may be
+another store's, so it only wakes the waiter to re-read (step 3), at the cost of one
+query, instead of being its answer.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ _CLOSE_TIMEOUT = 5.0  # seconds the listening connection gets to close before it
 
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One ``watch`` round: its future resolves once the room's log passes ``after`` (or
-    the connection dropped: re-check), or fails with ``StoreUnavailable`` on close."""
+    """One ``watch`` round: its future resolves to the notified sequence number once the
+    room's log passes ``after`` (to ``None`` if the connection dropped: re-check), or
+    fails with ``StoreUnavailable`` on close."""
 
     room: str
     after: int
-    future: asyncio.Future[None] = field(init=False)
+    future: asyncio.Future[int | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.future = asyncio.get_running_loop().create_future()
@@ -56,6 +61,7 @@ class Listener:
         self._connect = connect
         self._channel_query = channel_query
         self._conn: asyncpg.Connection | None = None
+        self._exact = False  # the channel is this schema's alone: trust its numbers
         self._opening = asyncio.Lock()
         self._rooms: dict[str, set[Waiter]] = {}
         self._closed = False
@@ -94,7 +100,10 @@ class Listener:
                 return
             conn = await self._connect()
             try:
-                channel: str = await conn.fetchval(self._channel_query)
+                row = await conn.fetchrow(self._channel_query)
+                assert row is not None
+                channel: str = row["channel"]
+                self._exact = bool(row["exact"])
                 await conn.add_listener(channel, self._notified)
                 conn.add_termination_listener(self._terminated)
             except BaseException:
@@ -116,7 +125,7 @@ class Listener:
         seq = int(seq_text)
         for waiter in list(self._rooms.get(room, ())):
             if seq > waiter.after and not waiter.future.done():
-                waiter.future.set_result(None)
+                waiter.future.set_result(seq if self._exact else None)
 
     def _terminated(self, conn: object) -> None:
         """The connection closed (dropped by the server or the network, or by us)."""

@@ -163,8 +163,11 @@ SELECT count(*) FROM set_members WHERE room = $1 AND name = $2;
 SELECT delete_room($1);
 
 -- name: notify_channel
--- The channel transact() notifies when it appends (LISTENed to by watch).
-SELECT notify_channel();
+-- The channel transact() notifies when it appends (LISTENed to by watch), and whether it
+-- is this schema's alone: not cut to 63 bytes, so no other schema's channel can equal it.
+SELECT notify_channel() AS channel,
+       octet_length(notify_channel()) < 63
+           AND notify_channel() = 'agentrooms.' || current_schema() AS exact;
 
 -- name: settings
 -- The server settings that decide whether an acknowledged commit survives a crash.

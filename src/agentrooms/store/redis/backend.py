@@ -278,6 +278,10 @@ class RedisStore(Store):
         self._idle_watch: list[Wire] = []
         self._busy_watch: set[Wire] = set()
 
+    @property
+    def follow_returns_events(self) -> bool:
+        return True  # XREAD BLOCK returns the entries: see _follow_log
+
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         store = cls(url, limits)
