@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -180,10 +181,27 @@ def follower_of(store: Store) -> follow_module.Follower:
 # ------------------------------------------------------------ handles of one store
 
 
-@pytest.fixture(params=["redis", "postgres"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def shared_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "sqlite":  # one database file: its handles share one worker
+        tmp: Path = request.getfixturevalue("tmp_path")
+        return f"sqlite:///{tmp / 'shared.db'}"
     url: str = request.getfixturevalue(f"{request.param}_url")
     return url
+
+
+async def test_sqlite_handles_share_a_reader_by_file_not_by_spelling(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    one = await open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    two = await open_store(f"sqlite:///{tmp_path / 'sub' / '..' / 'a.db'}?synchronous=NORMAL")
+    other = await open_store(f"sqlite:///{tmp_path / 'b.db'}")
+    memory, memory_too = await open_store("sqlite://"), await open_store("sqlite://")
+    try:
+        assert one.identity == two.identity != other.identity
+        assert memory.identity != memory_too.identity  # each its own database
+    finally:
+        for store in (one, two, other, memory, memory_too):
+            await store.close()
 
 
 async def test_handles_of_one_store_share_one_reader(shared_url: str) -> None:

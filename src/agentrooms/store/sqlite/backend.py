@@ -79,6 +79,15 @@ class SqliteStore(Store):
         self._release = weakref.finalize(self, POOL.release_nowait, key, self._worker)
         self._key = key
 
+    @property
+    def identity(self) -> Hashable:
+        """Handles of one database file reach the same data (and share its worker):
+        one reader of a room's log serves the waiters of all of them. In-memory: only
+        this handle."""
+        if self._key is None:
+            return self
+        return (self.backend, os.path.realpath(self.config.path))
+
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         store = cls(url, limits)
