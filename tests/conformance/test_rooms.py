@@ -679,6 +679,46 @@ async def test_queued_lock_mutual_exclusion_across_processes(backend: Backend) -
     await store.close()
 
 
+@pytest.mark.slow
+async def test_a_killed_holders_lock_passes_to_a_waiter_of_another_process(
+    backend: Backend,
+) -> None:
+    """The holder's process is killed (no release, no event): a waiter queued in another
+    process takes the lock once its TTL has run out, not before, with the next fence."""
+    if not backend.shared_across_processes:
+        pytest.skip("memory:// is private to one process (the in-process version is above)")
+    import multiprocessing
+    import os
+    import signal
+
+    from tests.conformance import workers
+
+    ttl = 1.5
+    store = await backend.open()
+    room = await Rooms(store).create(f"killed-{uuid.uuid4().hex[:8]}")
+    ctx = multiprocessing.get_context("spawn")
+    taken = ctx.Queue()
+    holder = ctx.Process(
+        target=workers.take_lock_and_hang, args=(backend.url, room.name, ttl, taken)
+    )
+    holder.start()
+    try:
+        fence, granted_at = await asyncio.to_thread(taken.get, True, 60)
+        waiting = asyncio.create_task(room.locks.wait_acquire("one", "survivor", timeout=30))
+        await asyncio.sleep(0.2)  # in line before the holder dies
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGKILL)
+        lock = await asyncio.wait_for(waiting, 30)
+        taken_at = time.time()
+    finally:
+        if holder.is_alive():
+            holder.kill()
+        await asyncio.to_thread(holder.join, 10)
+    assert (lock.owner, lock.fence) == ("survivor", fence + 1)
+    assert granted_at + ttl - 0.05 <= taken_at <= granted_at + ttl + 3
+    await store.close()
+
+
 async def test_a_dead_waiter_drops_out_of_the_queue(
     room: Room, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -169,6 +169,22 @@ def commit_increments(
     return asyncio.run(run())
 
 
+def take_lock_and_hang(url: str, room: str, ttl: float, taken: Any) -> None:
+    """Take the room's lock ``one`` for ``ttl`` seconds, report (fence, wall-clock time of
+    the grant), then hang without releasing it: the parent kills us."""
+    import time
+
+    from agentrooms.rooms import Rooms
+
+    async def run() -> None:
+        store = await open_store(url)
+        lock = await Rooms(store).room(room).locks.try_acquire("one", "doomed", ttl=ttl)
+        taken.put((lock.fence, time.time()))
+        await asyncio.sleep(3600)
+
+    asyncio.run(run())
+
+
 STALE_FENCE_EXIT = 3
 
 
