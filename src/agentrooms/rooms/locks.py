@@ -21,8 +21,8 @@ Two ways to wait for a held lock:
   every waiter of a ``lock.released``, wakes up: a handoff costs one read, not one per
   waiter (none when the waiter is in the releasing process: the release tells it, and
   the reader does not read back what was told, except on Redis, where the wait for new
-  events is that read). A waiter that dies stops refreshing its entry and drops out; a holder that
-  dies lets its lock expire, and the waiters take it then.
+  events is that read). A waiter that dies stops refreshing its entry and drops out; a
+  holder that dies lets its lock expire, and the waiters take it then.
 
 Round trips. The commit loop's read-then-write costs two; the common paths here cost
 one write each, and fall back to the commit loop when a guess was wrong:
