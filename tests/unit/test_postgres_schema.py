@@ -720,6 +720,60 @@ async def test_a_notified_seq_is_the_watch_answer_on_a_channel_of_its_own(
         await _close_all([waiter, writer])
 
 
+async def test_a_watch_after_a_notification_waits_without_a_query(
+    postgres_url: str, schema: str, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the listening connection has seen of a room stands for step 3's read while it
+    stays open: a follower's next watch waits on the notification alone. A wait that
+    outlasts the re-check interval without one reads again (the connection may have
+    died unnoticed), and so does every watch after the connection is replaced."""
+    from agentrooms.store.postgres import backend
+
+    waiter, writer = await _open_many(postgres_url, schema, 2)
+    assert isinstance(waiter, PostgresStore)
+    reads = 0
+    last_seq = waiter._last_seq
+
+    async def counted(room: str) -> int:
+        nonlocal reads
+        reads += 1
+        return await last_seq(room)
+
+    waiter._last_seq = counted  # type: ignore[method-assign]
+    channel = await _channel(conn, schema)
+    try:
+        first = asyncio.create_task(waiter.watch("r", 0, 30))
+        await _until(lambda: _true(reads == 1), "the first watch has read")
+        await writer.transact("r", appends=[Append("a")])
+        assert await asyncio.wait_for(first, 5) == 1
+        second = asyncio.create_task(waiter.watch("r", 1, 30))  # as a follower does
+        await asyncio.sleep(0.1)
+        await writer.transact("r", appends=[Append("b")])
+        assert await asyncio.wait_for(second, 5) == 2
+        assert reads == 1
+        assert await waiter.watch("r", 1, 5) == 2 and reads == 1  # known past after
+
+        monkeypatch.setattr(backend, "_RECHECK", 0.2)
+        assert await waiter.watch("r", 2, 0.5) == 2
+        assert reads > 1  # read again after each silent 0.2 s
+        monkeypatch.undo()
+
+        [old] = await _listener_pids(conn, channel)
+        await conn.execute("SELECT pg_terminate_backend($1)", old)
+        await _until(lambda: _none(conn, channel), "the listener is gone")
+        before = reads
+        third = asyncio.create_task(waiter.watch("r", 2, 30))
+        await _until(lambda: _true(reads == before + 1), "a read on the new connection")
+        await writer.transact("r", appends=[Append("c")])
+        assert await asyncio.wait_for(third, 5) == 3
+    finally:
+        await _close_all([waiter, writer])
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_watch_reconnects_when_the_listener_is_killed(
     postgres_url: str, schema: str, conn: asyncpg.Connection
 ) -> None:

@@ -506,15 +506,25 @@ class PostgresStore(Store):
             return await self._last_seq(room)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        trust = True  # the listener's record of the room may stand for a read of it
         while True:  # one round per wake-up: see listener.py for why this order
             waiter = self._listener.add(room, after)
             try:
                 with _driver_errors("watch"):
                     await self._listener.listen()
-                seq = await self._last_seq(room)
+                known = self._listener.newest(room) if trust else None
                 remaining = deadline - loop.time()
-                if seq > after or remaining <= 0:
-                    return seq
+                if known is not None and known > after:
+                    return known  # committed, as a notified number is
+                if known is not None and remaining > 0:
+                    pass  # nothing new yet: wait for the notification, no query
+                else:
+                    generation = self._listener.generation
+                    seq = await self._last_seq(room)
+                    self._listener.learned(room, seq, generation)
+                    remaining = deadline - loop.time()
+                    if seq > after or remaining <= 0:
+                        return seq
                 # A bounded wait, then a re-read anyway: a connection that died without
                 # the client noticing delays a wake-up by at most this long.
                 await asyncio.wait([waiter.future], timeout=min(remaining, _RECHECK))
@@ -522,6 +532,8 @@ class PostgresStore(Store):
                     notified = waiter.future.result()  # StoreUnavailable if it closed
                     if notified is not None:
                         return notified  # committed, and past after: no need to re-read
+                else:
+                    trust = False  # no notification: read, in case the connection died
             finally:
                 self._listener.discard(waiter)
 

@@ -16,6 +16,14 @@ The protocol that makes a wake-up impossible to miss (``PostgresStore._watch``):
    sequence number it carries, which is the answer; anything else (a dropped
    connection, the timeout) starts again from 1.
 
+Step 3 needs no query when the connection already knows the answer: while it stays
+open, every append to a room is notified to it, in commit order, so the newest number
+it has seen for a room (:meth:`Listener.newest`: from a notification, or from a step 3
+read made while it listened) stays the room's newest but for appends whose
+notifications are still on their way, and those wake the waiter registered in step 1.
+A process's follower, which watches again after every batch, then waits on the
+notification alone. The record starts empty on every (re)connection.
+
 If the connection drops, notifications sent meanwhile are lost: every waiter is woken so
 that it reconnects (step 2) and re-reads (step 3). A payload that is not ours (another
 application on the same channel) wakes nobody. Two schemas whose names share their
@@ -27,6 +35,7 @@ query, instead of being its answer.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +45,7 @@ import asyncpg
 from agentrooms.errors import StoreUnavailable
 
 _CLOSE_TIMEOUT = 5.0  # seconds the listening connection gets to close before it is cut
+ROOMS_KNOWN = 10_000  # rooms whose newest seq the listener remembers
 
 
 @dataclass(eq=False, slots=True)
@@ -62,6 +72,9 @@ class Listener:
         self._channel_query = channel_query
         self._conn: asyncpg.Connection | None = None
         self._exact = False  # the channel is this schema's alone: trust its numbers
+        # room -> the newest seq seen while the connection listened (see newest())
+        self._newest: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._generation = 0  # connections made: a record from an older one is void
         self._opening = asyncio.Lock()
         self._rooms: dict[str, set[Waiter]] = {}
         self._closed = False
@@ -69,6 +82,31 @@ class Listener:
     @property
     def listening(self) -> bool:
         return self._conn is not None and not self._conn.is_closed()
+
+    def newest(self, room: str) -> int | None:
+        """The room's newest sequence number as far as this connection knows, if it
+        listens on a channel of its own and has seen one for the room: a lower bound
+        such that any append past it is notified (step 3 without a query)."""
+        if not self._exact or not self.listening:
+            return None
+        return self._newest.get(room)
+
+    def learned(self, room: str, seq: int, generation: int) -> None:
+        """A step 3 read of ``room`` gave ``seq``, on the connection ``generation``
+        (:attr:`generation` when the read began): remember it if still that one."""
+        if generation == self._generation and self.listening:
+            self._note(room, seq)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def _note(self, room: str, seq: int) -> None:
+        newest = self._newest
+        newest[room] = max(seq, newest.get(room, seq))
+        newest.move_to_end(room)
+        while len(newest) > ROOMS_KNOWN:
+            newest.popitem(last=False)  # the longest unused: its next watch queries
 
     def add(self, room: str, after: int) -> Waiter:
         """Register a waiter for ``room`` passing ``after`` (before reading its last seq)."""
@@ -114,6 +152,8 @@ class Listener:
                 raise StoreUnavailable("the PostgreSQL store is closed")
             # Appends made while no connection listened: the waiters a drop woke read
             # the last seq after this returns, and later ones register before reading.
+            self._newest.clear()
+            self._generation += 1
             self._conn = conn
 
     def _notified(self, conn: object, pid: int, channel: str, payload: object) -> None:
@@ -123,6 +163,8 @@ class Listener:
         if not sep or not seq_text.isascii() or not seq_text.isdigit():
             return  # not ours
         seq = int(seq_text)
+        if self._exact:
+            self._note(room, seq)
         for waiter in list(self._rooms.get(room, ())):
             if seq > waiter.after and not waiter.future.done():
                 waiter.future.set_result(seq if self._exact else None)
@@ -131,6 +173,8 @@ class Listener:
         """The connection closed (dropped by the server or the network, or by us)."""
         if conn is self._conn:
             self._conn = None
+            self._newest.clear()
+            self._generation += 1
         self.wake_all()
 
     def wake_all(self) -> None:
