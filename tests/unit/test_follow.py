@@ -190,17 +190,21 @@ def shared_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-async def test_sqlite_handles_share_a_reader_by_file_not_by_spelling(tmp_path: Path) -> None:
+async def test_sqlite_handles_share_a_reader_by_worker_not_by_spelling(tmp_path: Path) -> None:
+    """Handles of one file share a reader when they share the worker that wakes their
+    watches: the same file, however spelled, with the same options."""
     (tmp_path / "sub").mkdir()
     one = await open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    two = await open_store(f"sqlite:///{tmp_path / 'sub' / '..' / 'a.db'}?synchronous=NORMAL")
+    two = await open_store(f"sqlite:///{tmp_path / 'sub' / '..' / 'a.db'}")
+    tuned = await open_store(f"sqlite:///{tmp_path / 'a.db'}?synchronous=NORMAL")
     other = await open_store(f"sqlite:///{tmp_path / 'b.db'}")
     memory, memory_too = await open_store("sqlite://"), await open_store("sqlite://")
     try:
-        assert one.identity == two.identity != other.identity
+        assert one.identity == two.identity
+        assert len({one.identity, tuned.identity, other.identity}) == 3
         assert memory.identity != memory_too.identity  # each its own database
     finally:
-        for store in (one, two, other, memory, memory_too):
+        for store in (one, two, tuned, other, memory, memory_too):
             await store.close()
 
 

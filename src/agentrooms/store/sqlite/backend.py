@@ -81,12 +81,12 @@ class SqliteStore(Store):
 
     @property
     def identity(self) -> Hashable:
-        """Handles of one database file reach the same data (and share its worker):
-        one reader of a room's log serves the waiters of all of them. In-memory: only
-        this handle."""
-        if self._key is None:
-            return self
-        return (self.backend, os.path.realpath(self.config.path))
+        """Handles that share a worker (one database file, opened with the same
+        options) reach the same data, and the worker wakes all their watches at once:
+        one reader of a room's log serves the waiters of all of them. Handles of one file
+        with other options have workers of their own, which see each other's commits
+        only by polling, so each keeps its own reader. In-memory: only this handle."""
+        return self if self._key is None else (self.backend, self._key)
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
