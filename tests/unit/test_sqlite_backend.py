@@ -5,6 +5,7 @@ the cost of set_pick, the purge of expired rows, and how watch is woken."""
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import sqlite3
 import threading
@@ -29,9 +30,15 @@ from agentrooms.store import (
 from agentrooms.store.base import PURGE_LIMIT, Compare, Prepared, PreparedWrite
 from agentrooms.store.sqlite.backend import SqliteStore
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
+from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.operations import Operations, prefix_end
 from agentrooms.store.sqlite.sql import QUERIES, migrate
-from agentrooms.store.sqlite.worker import POLL_INTERVAL
+from agentrooms.store.sqlite.worker import (
+    BUSY_POLL_INTERVAL,
+    BUSY_WINDOW,
+    POLL_INTERVAL,
+    poll_interval,
+)
 
 
 class FakeClock:
@@ -505,6 +512,49 @@ async def test_watch_notices_another_connection_by_polling(tmp_path: Path) -> No
         await writer.transact("r", appends=[Append("a"), Append("b")])
         assert await asyncio.wait_for(watching, 5) == 2
         assert time.monotonic() - t0 < 10 * POLL_INTERVAL
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+def test_polling_is_brisk_only_after_another_process_committed() -> None:
+    assert poll_interval(0.0) == poll_interval(BUSY_WINDOW / 2) == BUSY_POLL_INTERVAL
+    assert poll_interval(BUSY_WINDOW) == poll_interval(math.inf) == POLL_INTERVAL
+
+
+async def test_a_commit_of_another_process_quickens_the_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a watch waits, an idle database is polled every POLL_INTERVAL; once a poll
+    finds another connection's commit, every BUSY_POLL_INTERVAL for a while, so
+    processes that take turns wait milliseconds for each other."""
+    polls = 0
+    foreign_seqs = Engine.foreign_seqs
+
+    def counted(engine: Engine, rooms: list[str]) -> dict[str, int] | None:
+        nonlocal polls
+        polls += 1
+        return foreign_seqs(engine, rooms)
+
+    monkeypatch.setattr(Engine, "foreign_seqs", counted)
+    waiter = await open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    writer = await open_store(f"sqlite:///{tmp_path / 'p.db'}?synchronous=NORMAL")
+    try:
+        watching = asyncio.create_task(waiter.watch("r", 1, 20))
+        await asyncio.sleep(0.35)  # the first poll, then idle ones
+        before = polls
+        await asyncio.sleep(0.5)
+        idle = polls - before
+        await writer.transact("r", writes=[Put("k", 1)])  # no append: the watch waits on
+        await asyncio.sleep(0.2)
+        before = polls
+        await asyncio.sleep(0.5)
+        busy = polls - before
+        assert idle <= 0.5 / POLL_INTERVAL + 2, idle
+        assert busy >= 4 * idle + 10, (idle, busy)
+        assert not watching.done()
+        await writer.transact("r", appends=[Append("a"), Append("b")])
+        assert await asyncio.wait_for(watching, 5) == 2
     finally:
         await waiter.close()
         await writer.close()

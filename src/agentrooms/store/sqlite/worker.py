@@ -13,14 +13,18 @@ microseconds.
 
 The thread also wakes ``watch``: after each write transaction it notifies the
 :class:`~.watchers.Watchers` of the rooms it appended to, and while anyone is watching it
-polls every :data:`POLL_INTERVAL` seconds (one ``PRAGMA data_version``) for commits of
-other processes, waiting on its queue with a timeout instead of sleeping.
+polls for commits of other processes (one ``PRAGMA data_version``), waiting on its queue
+with a timeout instead of sleeping: every :data:`POLL_INTERVAL` seconds, or every
+:data:`BUSY_POLL_INTERVAL` for :data:`BUSY_WINDOW` seconds after a poll found one, so
+that processes taking turns (a lock handed from one to the next) wait milliseconds for
+each other, not a tenth of a second, while an idle store is polled ten times a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import queue
 import threading
 import time
@@ -33,6 +37,8 @@ from agentrooms.store.sqlite.watchers import Watchers
 
 MAX_BATCH = 64
 POLL_INTERVAL = 0.1  # seconds between checks for other processes' commits, while watched
+BUSY_POLL_INTERVAL = 0.005  # the same, for BUSY_WINDOW seconds after a check found one
+BUSY_WINDOW = 1.0
 
 
 @dataclass(slots=True)
@@ -102,6 +108,8 @@ class Worker:
         failure = self._engine.start()
         stop: _Stop | None = None
         next_poll = 0.0  # monotonic time of the next poll, while someone is watching
+        found = -math.inf  # monotonic time a poll last found another process's commit
+        polled = False  # the first poll only takes note of where the database is
         try:
             while stop is None:
                 timeout = None
@@ -112,8 +120,11 @@ class Worker:
                 if failure is None and time.monotonic() >= next_poll:
                     rooms = self.watchers.rooms()
                     if rooms:
-                        self._poll(rooms)
-                        next_poll = time.monotonic() + POLL_INTERVAL
+                        now = time.monotonic()
+                        if self._poll(rooms) and polled:
+                            found = now
+                        polled = True
+                        next_poll = now + poll_interval(now - found)
         finally:
             self._closed = True
             self._engine.close()
@@ -122,11 +133,13 @@ class Worker:
             if stop is not None and stop.loop is not None and stop.future is not None:
                 _deliver(stop.loop, [(stop.future, None)])
 
-    def _poll(self, rooms: list[str]) -> None:
-        """Wake the watchers of ``rooms`` that another process appended to."""
+    def _poll(self, rooms: list[str]) -> bool:
+        """Wake the watchers of ``rooms`` that another process appended to; ``True`` if
+        another process committed anything since the last poll."""
         seqs = self._engine.foreign_seqs(rooms)
         if seqs:
             self.watchers.notify(seqs)
+        return seqs is not None
 
     def _next_batch(self, timeout: float | None) -> tuple[list[_Request], _Stop | None]:
         """Everything queued now (at most ``MAX_BATCH``), waiting up to ``timeout``
@@ -167,6 +180,12 @@ class Worker:
                 return
             if isinstance(item, _Request):
                 _deliver_all([item], [_unavailable("the sqlite store is closed", None)])
+
+
+def poll_interval(since_found: float) -> float:
+    """Seconds to the next poll, ``since_found`` seconds after one last found another
+    process's commit."""
+    return BUSY_POLL_INTERVAL if since_found < BUSY_WINDOW else POLL_INTERVAL
 
 
 def _failed_start(failure: Exception) -> StoreUnavailable:
