@@ -685,6 +685,21 @@ async def _none(conn: asyncpg.Connection, channel: str) -> bool:
     return not await _listener_pids(conn, channel)
 
 
+class SeqReads:
+    """Counts a PostgreSQL store's reads of a room's last seq (step 3 of a watch)."""
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, PostgresStore)
+        self.count = 0
+        last_seq = store._last_seq
+
+        async def counted(room: str) -> int:
+            self.count += 1
+            return await last_seq(room)
+
+        store._last_seq = counted  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize("shared_channel", [False, True])
 async def test_a_notified_seq_is_the_watch_answer_on_a_channel_of_its_own(
     postgres_url: str, shared_channel: bool
@@ -696,26 +711,17 @@ async def test_a_notified_seq_is_the_watch_answer_on_a_channel_of_its_own(
     re-read it."""
     schema = f"t_{uuid.uuid4().hex[:12]}" + ("_" + "x" * 40 if shared_channel else "")
     waiter, writer = await _open_many(postgres_url, schema, 2)
-    assert isinstance(waiter, PostgresStore)
-    reads = 0
-    last_seq = waiter._last_seq
-
-    async def counted(room: str) -> int:
-        nonlocal reads
-        reads += 1
-        return await last_seq(room)
-
-    waiter._last_seq = counted  # type: ignore[method-assign]
+    reads = SeqReads(waiter)
     try:
         watch = asyncio.create_task(waiter.watch("r", 0, 30))
 
         async def registered() -> bool:  # listening, and has read the seq once
-            return reads == 1
+            return reads.count == 1
 
         await _until(registered, "the watch is registered")
         await writer.transact("r", appends=[Append("x"), Append("y")])
         assert await asyncio.wait_for(watch, 5) == 2
-        assert reads == (2 if shared_channel else 1)
+        assert reads.count == (2 if shared_channel else 1)
     finally:
         await _close_all([waiter, writer])
 
@@ -730,40 +736,31 @@ async def test_a_watch_after_a_notification_waits_without_a_query(
     from agentrooms.store.postgres import backend
 
     waiter, writer = await _open_many(postgres_url, schema, 2)
-    assert isinstance(waiter, PostgresStore)
-    reads = 0
-    last_seq = waiter._last_seq
-
-    async def counted(room: str) -> int:
-        nonlocal reads
-        reads += 1
-        return await last_seq(room)
-
-    waiter._last_seq = counted  # type: ignore[method-assign]
+    reads = SeqReads(waiter)
     channel = await _channel(conn, schema)
     try:
         first = asyncio.create_task(waiter.watch("r", 0, 30))
-        await _until(lambda: _true(reads == 1), "the first watch has read")
+        await _until(lambda: _true(reads.count == 1), "the first watch has read")
         await writer.transact("r", appends=[Append("a")])
         assert await asyncio.wait_for(first, 5) == 1
         second = asyncio.create_task(waiter.watch("r", 1, 30))  # as a follower does
         await asyncio.sleep(0.1)
         await writer.transact("r", appends=[Append("b")])
         assert await asyncio.wait_for(second, 5) == 2
-        assert reads == 1
-        assert await waiter.watch("r", 1, 5) == 2 and reads == 1  # known past after
+        assert reads.count == 1
+        assert await waiter.watch("r", 1, 5) == 2 and reads.count == 1  # known past after
 
         monkeypatch.setattr(backend, "_RECHECK", 0.2)
         assert await waiter.watch("r", 2, 0.5) == 2
-        assert reads > 1  # read again after each silent 0.2 s
+        assert reads.count > 1  # read again after each silent 0.2 s
         monkeypatch.undo()
 
         [old] = await _listener_pids(conn, channel)
         await conn.execute("SELECT pg_terminate_backend($1)", old)
         await _until(lambda: _none(conn, channel), "the listener is gone")
-        before = reads
+        before = reads.count
         third = asyncio.create_task(waiter.watch("r", 2, 30))
-        await _until(lambda: _true(reads == before + 1), "a read on the new connection")
+        await _until(lambda: _true(reads.count == before + 1), "a read on the new connection")
         await writer.transact("r", appends=[Append("c")])
         assert await asyncio.wait_for(third, 5) == 3
     finally:
