@@ -516,9 +516,7 @@ class PostgresStore(Store):
                 remaining = deadline - loop.time()
                 if known is not None and known > after:
                     return known  # committed, as a notified number is
-                if known is not None and remaining > 0:
-                    pass  # nothing new yet: wait for the notification, no query
-                else:
+                if known is None or remaining <= 0:  # else: nothing new yet, no query
                     generation = self._listener.generation
                     seq = await self._last_seq(room)
                     self._listener.learned(room, seq, generation)

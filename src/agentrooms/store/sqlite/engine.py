@@ -94,7 +94,9 @@ class Engine:
         self._conn: sqlite3.Connection | None = None
         self._ops: Operations | None = None
         self._appended: dict[str, int] = {}  # committed appends not yet taken
-        self._data_version: int | None = None  # at the last foreign_seqs that read seqs
+        # at start, then at the last foreign_seqs that read seqs: a change is a commit of
+        # another connection since
+        self._data_version: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -110,6 +112,8 @@ class Engine:
             conn = self._connect()
             self._retrying(self._configure)
             self._retrying(lambda: migrate(conn))
+            assert self._ops is not None
+            self._data_version = self._ops.data_version()
         except Exception as exc:
             self.close()
             return outcome_of(exc)

@@ -109,7 +109,6 @@ class Worker:
         stop: _Stop | None = None
         next_poll = 0.0  # monotonic time of the next poll, while someone is watching
         found = -math.inf  # monotonic time a poll last found another process's commit
-        polled = False  # the first poll only takes note of where the database is
         try:
             while stop is None:
                 timeout = None
@@ -121,9 +120,8 @@ class Worker:
                     rooms = self.watchers.rooms()
                     if rooms:
                         now = time.monotonic()
-                        if self._poll(rooms) and polled:
+                        if self._poll(rooms):
                             found = now
-                        polled = True
                         next_poll = now + poll_interval(now - found)
         finally:
             self._closed = True
