@@ -25,7 +25,7 @@ from agentrooms.errors import (
     StaleFence,
     VersionConflict,
 )
-from agentrooms.rooms import Room, Rooms, TaskSpec
+from agentrooms.rooms import Lock, Room, Rooms, TaskSpec
 from agentrooms.store import Delete, Event, Put, Store
 from agentrooms.store.wrap import Forwarding
 from tests.conftest import Backend
@@ -808,6 +808,40 @@ async def test_a_free_release_wakes_a_waiter_left_in_line_by_an_expired_holder(
     assert (w.owner, w.fence) == ("W", b.fence + 1)
     assert (await store.scan(room.name, "lockq/")).records == []  # out of line
     assert await room.locks.release(w)
+
+
+async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter still in line from before the holder's grant (its holder's lease ran out,
+    and another agent took the lock free) loses the race for the lock that the holder's
+    release freed, if the holder takes it again at once. It must not lose every time: it
+    makes itself known, and the holder's next release hands the lock to it."""
+    from agentrooms.rooms import locks as locks_module
+
+    monkeypatch.setattr(locks_module, "EXPIRY_SLACK", 5.0)  # the waiter's own look: late
+    room = await Rooms(store).create(f"turns-{uuid.uuid4().hex[:8]}")
+    await room.locks.try_acquire("plan", "A", ttl=0.3)  # A stalls: its lease runs out
+
+    async def turn() -> Lock:
+        w = await room.locks.wait_acquire("plan", "W", ttl=30, timeout=20)
+        assert await room.locks.release(w)
+        return w
+
+    waiter = asyncio.create_task(turn())
+    while not (await store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    b = await room.locks.acquire("plan", "B", ttl=30, tries=100, step=0.01)  # free, at expiry
+    turns = 0
+    while not waiter.done() and turns < 10:
+        turns += 1
+        assert await room.locks.release(b)
+        b = await room.locks.wait_acquire("plan", "B", ttl=30, timeout=20)
+        await asyncio.sleep(0.01)
+    assert waiter.done() and turns <= 3, turns
+    w = waiter.result()
+    assert w.owner == "W" and w.fence < b.fence
+    assert await room.locks.release(b)
 
 
 async def test_a_local_waiter_whose_entry_left_the_store_is_skipped(store: Store) -> None:

@@ -354,12 +354,20 @@ class Locks:
         seen = self._seen_of(name)
         holder_until = None if seen is None or not seen.held else seen.until
         look = holder_until is None  # unknown holder expiry: read the lock once
+        lost = False  # the lock fell free (or its lease ran out) since we last looked
         while True:
             if look:
                 looked = await self._look(name, owner, ttl, token, queued)
                 if isinstance(looked, Lock):
                     return looked
-                holder_until, look = looked, False
+                if lost:
+                    # Another agent took it first, maybe free: a release of a grant of
+                    # the free lock reads the line only if its mark changed since the
+                    # grant (see the module's docstring), and we joined before. Changed,
+                    # it reads the line and finds us, instead of freeing the lock for
+                    # its holder to take again, turn after turn, while we wait.
+                    await self._scope.transact(writes=[_mark(name)])
+                holder_until, look, lost = looked, False, False
             now = time.monotonic()
             if now >= deadline:
                 return await self._give_up(name, owner, token, queued)
@@ -373,7 +381,7 @@ class Locks:
                 wait = min(wait, max(0.0, holder_until - now) + EXPIRY_SLACK)
             if not await woken.wait(wait):
                 # a deadline or refresh is handled above; a lease that ran out is read
-                look = holder_until is not None and time.monotonic() >= holder_until
+                look = lost = holder_until is not None and time.monotonic() >= holder_until
                 continue
             events, _ = woken.take()
             for event in events:
@@ -385,7 +393,7 @@ class Locks:
                     line = self._look_up_line(name, _named(event.data.get("line")))
                     self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
                     return lock
-            look = True  # released, or the follower lost track: read the lock
+            look = lost = True  # released, or the follower lost track: read the lock
 
     async def _join(
         self, name: str, owner: str, ttl: float, token: str, entry: dict[str, Any], queued: str
