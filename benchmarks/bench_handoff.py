@@ -7,7 +7,9 @@ learns of its handoff from the room's log (Redis: a blocking read; PostgreSQL:
 ``LISTEN``/``NOTIFY``; SQLite: the store thread's poll for other processes' commits).
 python-redis-lock's agents are threads, woken by ``BLPOP``. A warm-up round per process
 first, so process start-up is not timed. Reports acquisitions/s (median over
-``--repeat``) and the ratio to python-redis-lock.
+``--repeat``) and the ratio to python-redis-lock. Ours run twice: agents that
+``release`` and then queue again (``locks.hold``), and agents that pass the lock on with
+``requeue`` (the handoff and the return to the line in one write).
 
     python3 dev.py bench handoff [--backends sqlite,redis,postgres] [--procs 3] \\
         [--agents 2] [--rounds 15] [--repeat 3]
@@ -35,7 +37,7 @@ from agentrooms.store import open_store
 HOLD = 0.001
 
 
-def ours(url: str, room: str, proc: int, agents: int, rounds: int) -> int:
+def ours(url: str, room: str, requeue: bool, proc: int, agents: int, rounds: int) -> int:
     """Run in a spawned process: this process's agents take the lock ``rounds`` times."""
 
     async def run() -> int:
@@ -46,10 +48,19 @@ def ours(url: str, room: str, proc: int, agents: int, rounds: int) -> int:
 
             async def agent(owner: str) -> None:
                 nonlocal taken
-                for _ in range(rounds):
-                    async with locks.hold("one", owner, ttl=30, queue_timeout=120):
-                        await asyncio.sleep(HOLD)
-                        taken += 1
+                if not requeue:
+                    for _ in range(rounds):
+                        async with locks.hold("one", owner, ttl=30, queue_timeout=120):
+                            await asyncio.sleep(HOLD)
+                            taken += 1
+                    return
+                lock = await locks.wait_acquire("one", owner, ttl=30, timeout=120)
+                for turn in range(rounds):
+                    await asyncio.sleep(HOLD)
+                    taken += 1
+                    if turn < rounds - 1:
+                        lock = await locks.requeue(lock, timeout=120)
+                await locks.release(lock)
 
             await asyncio.gather(*(agent(f"p{proc}a{i}") for i in range(agents)))
         finally:
@@ -102,15 +113,18 @@ def timed(pool: ProcessPoolExecutor, args: argparse.Namespace, job: Any, *fixed:
 
 async def measure(
     backend: str, tmp: Path, pool: ProcessPoolExecutor, args: argparse.Namespace
-) -> list[float]:
-    rates = []
+) -> dict[bool, list[float]]:
+    """Rates of ours without and with ``requeue``, alternated."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
     async with store_url(backend, tmp, "handoff") as url:
         store = await open_store(url)
         try:
             for _ in range(args.repeat):
-                room = (await Rooms(store).create(unique("handoff"))).name
-                rates.append(await asyncio.to_thread(timed, pool, args, ours, url, room))
-                await store.delete_room(room)
+                for requeue, measured in rates.items():
+                    room = (await Rooms(store).create(unique("handoff"))).name
+                    rate = await asyncio.to_thread(timed, pool, args, ours, url, room, requeue)
+                    measured.append(rate)
+                    await store.delete_room(room)
         finally:
             await store.close()
     return rates
@@ -147,8 +161,9 @@ def main() -> None:
         ProcessPoolExecutor(args.procs, mp_context=spawn) as pool,
     ):
         for backend in args.backends.split(","):
-            rates = asyncio.run(measure(backend, Path(tmp), pool, args))
-            rows.append((f"ours, {backend}", rates))
+            ours_rates = asyncio.run(measure(backend, Path(tmp), pool, args))
+            rows.append((f"ours, {backend}", ours_rates[False]))
+            rows.append((f"ours requeue, {backend}", ours_rates[True]))
             if backend == "redis" and importlib.util.find_spec("redis_lock") is not None:
                 rows.append(("python-redis-lock, redis", measure_peer(pool, args)))
     print(

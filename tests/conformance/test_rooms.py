@@ -372,6 +372,147 @@ async def test_release_commits_the_holders_last_writes_with_it(room: Room) -> No
     assert await room.locks.release(c) is True
 
 
+async def in_line(store: Store, room: Room, n: int) -> None:
+    """Wait until ``n`` waiters are in the line of the room's locks."""
+    while len((await store.scan(room.name, "lockq/")).records) < n:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def test_requeue_passes_the_lock_on_and_gets_back_in_line(store: Store) -> None:
+    """``requeue``: one write hands the lock to the head of the line, commits the
+    holder's last writes, and puts the holder at the back of the line, where it is
+    handed the lock again when its turn comes, under a new grant."""
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"requeue-{uuid.uuid4().hex[:8]}")
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    waiters = []
+    for name in ("B", "C"):
+        waiters.append(asyncio.create_task(room.locks.wait_acquire("plan", name, timeout=20)))
+        await in_line(store, room, len(waiters))  # in line before the next one comes
+    a_again = asyncio.create_task(
+        room.locks.requeue(a, writes=[Put("report", {"by": "A"})], timeout=20)
+    )
+    b = await asyncio.wait_for(waiters[0], 10)
+    assert (b.owner, b.fence) == ("B", a.fence + 1)
+    assert (await store.read(room.name, ["report"])).value("report") == {"by": "A"}
+    await in_line(store, room, 2)  # C, then A
+    assert not a_again.done()
+
+    # B's grant came from the line, and C waits in this process: B's requeue is one
+    # write, with nothing read. (C, named nobody behind it, scans the line while it
+    # holds the lock, and finds B there.)
+    calls, reads = counting.calls, counting.reads
+    b_again = asyncio.create_task(room.locks.requeue(b, timeout=20))
+    c = await asyncio.wait_for(waiters[1], 10)
+    assert (c.owner, c.fence) == ("C", a.fence + 2)
+    assert (counting.calls - calls, counting.reads - reads) == (1, 0)
+
+    assert await room.locks.release(c)
+    a2 = await asyncio.wait_for(a_again, 10)  # A's turn: it went in line before B
+    assert (a2.owner, a2.fence) == ("A", a.fence + 3) and a2.token != a.token
+    assert not b_again.done()
+    assert await room.locks.release(a2)
+    b2 = await asyncio.wait_for(b_again, 10)
+    assert (b2.owner, b2.fence) == ("B", a.fence + 4)
+    assert await room.locks.release(b2)
+    assert await room.locks.holder("plan") is None
+    assert (await store.scan(room.name, "lockq/")).records == []
+    assert await room.locks.release(a) is False  # the first grant is long gone
+
+
+async def test_requeue_with_nobody_in_line_takes_the_lock_again(store: Store) -> None:
+    """Nobody waits: ``requeue`` releases and takes the lock again at once, under a new
+    grant: two writes, as ``release`` then ``wait_acquire``, and nothing read."""
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"requeue1-{uuid.uuid4().hex[:8]}")
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    calls, reads, scans = counting.calls, counting.reads, counting.scans
+    a2 = await room.locks.requeue(a, writes=[Put("report", 1)], timeout=5)
+    assert (a2.owner, a2.fence) == ("A", a.fence + 1) and a2.token != a.token
+    assert (counting.calls - calls, counting.reads - reads, counting.scans - scans) == (2, 0, 0)
+    assert (await store.read(room.name, ["report"])).value("report") == 1
+    holder = await room.locks.holder("plan")
+    assert holder is not None and (holder.owner, holder.fence) == ("A", a2.fence)
+    with pytest.raises(StaleFence):
+        await room.locks.extend(a)
+    assert await room.locks.release(a) is False
+    assert await room.locks.extend(a2)  # the new grant is the holder's
+
+    # someone joins the line: the new grant's requeue hands the lock over, A waits
+    waiter = asyncio.create_task(room.locks.wait_acquire("plan", "B", timeout=20))
+    await in_line(store, room, 1)
+    a_again = asyncio.create_task(room.locks.requeue(a2, timeout=20))
+    b = await asyncio.wait_for(waiter, 10)
+    assert (b.owner, b.fence) == ("B", a2.fence + 1)
+    assert await room.locks.release(b)
+    a3 = await asyncio.wait_for(a_again, 10)
+    assert (a3.owner, a3.fence) == ("A", a2.fence + 2)
+    assert await room.locks.release(a3)
+    assert (await store.scan(room.name, "lockq/")).records == []
+
+
+async def test_requeue_of_a_stale_grant(store: Store, room: Room) -> None:
+    """A grant that expired and changed hands: with writes, ``requeue`` writes nothing,
+    joins no line and raises ``StaleFence``; without, it queues like ``wait_acquire``."""
+    a = await room.locks.try_acquire("plan", "A", ttl=0.2)
+    await asyncio.sleep(0.3)
+    b = await room.locks.try_acquire("plan", "B", ttl=30)
+    with pytest.raises(StaleFence):
+        await room.locks.requeue(a, writes=[Put("report", "late A")], timeout=5)
+    assert (await store.read(room.name, ["report"])).get("report") is None
+    assert (await store.scan(room.name, "lockq/")).records == []
+    a_again = asyncio.create_task(room.locks.requeue(a, timeout=20))
+    await in_line(store, room, 1)
+    assert await room.locks.release(b)
+    a2 = await asyncio.wait_for(a_again, 10)
+    assert (a2.owner, a2.fence) == ("A", b.fence + 1)
+    assert await room.locks.release(a2)
+
+
+async def test_requeue_serves_agents_turn_by_turn(backend: Backend) -> None:
+    """Agents that take one lock turn after turn by ``requeue`` (on several handles)
+    hold it one at a time, in a fixed order (FIFO, each back at the end of the line),
+    with one fencing token after another, and the counter they write with their
+    requeues loses nothing."""
+    store = await backend.open()
+    room = await Rooms(store).create(f"turns-{uuid.uuid4().hex[:8]}")
+    handles = [await backend.open() for _ in range(3)]
+    n, rounds = 6, 4
+    inside = 0
+    held: list[tuple[str, int]] = []
+
+    async def agent(i: int, lock: Lock | None = None) -> None:
+        nonlocal inside
+        s = handles[i % len(handles)]
+        locks = Rooms(s).room(room.name).locks
+        if lock is None:
+            lock = await locks.wait_acquire("plan", f"a{i}", ttl=30, timeout=60)
+        for turn in range(rounds):
+            inside += 1
+            assert inside == 1
+            held.append((lock.owner, lock.fence))
+            count = (await s.read(room.name, ["counter"])).value("counter", 0)
+            await asyncio.sleep(0.002)
+            inside -= 1
+            bump = [Put("counter", count + 1)]
+            if turn == rounds - 1:
+                assert await locks.release(lock, writes=bump)
+            else:
+                lock = await locks.requeue(lock, writes=bump, timeout=60)
+
+    first = await Rooms(handles[0]).room(room.name).locks.try_acquire("plan", "a0", ttl=30)
+    agents = [asyncio.create_task(agent(i)) for i in range(1, n)]
+    await in_line(store, room, n - 1)  # everyone in line before the first turn ends
+    agents.append(asyncio.create_task(agent(0, first)))
+    await asyncio.wait_for(asyncio.gather(*agents), 60)
+    owners = [owner for owner, _ in held]
+    assert owners == owners[:n] * rounds and len(set(owners)) == n
+    assert [fence for _, fence in held] == list(range(first.fence, first.fence + n * rounds))
+    assert (await store.read(room.name, ["counter"])).value("counter") == n * rounds
+    for s in {store, *handles}:
+        await s.close()
+
+
 async def test_acquire_backs_off_then_gives_up(room: Room) -> None:
     await room.locks.try_acquire("plan", "A", ttl=30)
     t0 = time.monotonic()
@@ -640,11 +781,16 @@ async def test_queued_lock_mutual_exclusion_under_contention(backend: Backend) -
 
 
 @pytest.mark.slow
-async def test_queued_lock_mutual_exclusion_across_processes(backend: Backend) -> None:
+@pytest.mark.parametrize("requeue", [False, True], ids=["release", "requeue"])
+async def test_queued_lock_mutual_exclusion_across_processes(
+    backend: Backend, requeue: bool
+) -> None:
     """Agents in three processes queue for one lock: no two holds overlap in time, the
     fencing tokens grow with them, every agent gets its turns, and the counter written
     under the lock loses no increment. Handoffs between processes go through each
-    process's reader of the log, not the in-process shortcut the test above exercises."""
+    process's reader of the log, not the in-process shortcut the test above exercises.
+    With ``requeue``, each agent's write and its release go with its return to the
+    line."""
     if not backend.shared_across_processes:
         pytest.skip("memory:// is private to one process (the in-process version is above)")
     import multiprocessing
@@ -661,7 +807,15 @@ async def test_queued_lock_mutual_exclusion_across_processes(backend: Backend) -
         done = await asyncio.gather(
             *(
                 loop.run_in_executor(
-                    pool, workers.contend_for_lock, backend.url, room.name, p, agents, rounds, 0.01
+                    pool,
+                    workers.contend_for_lock,
+                    backend.url,
+                    room.name,
+                    p,
+                    agents,
+                    rounds,
+                    0.01,
+                    requeue,
                 )
                 for p in range(procs)
             )
@@ -671,12 +825,23 @@ async def test_queued_lock_mutual_exclusion_across_processes(backend: Backend) -
     assert len(held) == total and len({fence for _, fence, _, _ in held}) == total
     for (_, _, _, end), (owner, _, start, _) in itertools.pairwise(held):
         assert start >= end, f"{owner} held the lock before its predecessor let go"
+    if requeue:  # FIFO, each agent back at the end of the line: nobody overtakes it twice
+        assert_turn_by_turn([owner for owner, _, _, _ in held])
     owners = [owner for owner, _, _, _ in held]
     assert all(owners.count(f"p{p}a{i}") == rounds for p in range(procs) for i in range(agents))
     crossings = sum(a[:2] != b[:2] for a, b in itertools.pairwise(owners))
     assert crossings >= procs - 1  # the lock did pass between processes
     assert (await store.read(room.name, ["counter"])).value("counter") == total
     await store.close()
+
+
+def assert_turn_by_turn(owners: list[str]) -> None:
+    """Between two turns of one agent, no other agent had two."""
+    last: dict[str, int] = {}
+    for i, owner in enumerate(owners):
+        between = owners[last[owner] + 1 : i] if owner in last else []
+        assert len(between) == len(set(between)), (owner, between)
+        last[owner] = i
 
 
 @pytest.mark.slow
@@ -810,8 +975,9 @@ async def test_a_free_release_wakes_a_waiter_left_in_line_by_an_expired_holder(
     assert await room.locks.release(w)
 
 
+@pytest.mark.parametrize("again", ["release", "requeue"])
 async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, again: str
 ) -> None:
     """A waiter still in line from before the holder's grant (its holder's lease ran out,
     and another agent took the lock free) loses the race for the lock that the holder's
@@ -829,14 +995,16 @@ async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
         return w
 
     waiter = asyncio.create_task(turn())
-    while not (await store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+    await in_line(store, room, 1)
     b = await room.locks.acquire("plan", "B", ttl=30, tries=100, step=0.01)  # free, at expiry
     turns = 0
     while not waiter.done() and turns < 10:
         turns += 1
-        assert await room.locks.release(b)
-        b = await room.locks.wait_acquire("plan", "B", ttl=30, timeout=20)
+        if again == "requeue":
+            b = await room.locks.requeue(b, timeout=20)
+        else:
+            assert await room.locks.release(b)
+            b = await room.locks.wait_acquire("plan", "B", ttl=30, timeout=20)
         await asyncio.sleep(0.01)
     assert waiter.done() and turns <= 3, turns
     w = waiter.result()

@@ -91,12 +91,14 @@ def append_after(url: str, room: str, delay: float) -> int:
 
 
 def contend_for_lock(
-    url: str, room: str, proc: int, agents: int, rounds: int, hold: float
+    url: str, room: str, proc: int, agents: int, rounds: int, hold: float, requeue: bool = False
 ) -> list[tuple[str, int, float, float]]:
     """``agents`` agents of this process each take the room's lock ``one`` ``rounds``
     times through its line (``wait_acquire``), and under it read the counter, hold for
-    ``hold`` seconds and write it back plus one (fenced by the grant). Returns (owner,
-    fencing token, wall-clock start, wall-clock end) per acquisition."""
+    ``hold`` seconds and write it back plus one (fenced by the grant). With ``requeue``,
+    an agent's write goes with the ``requeue`` that passes the lock on and puts the agent
+    back in line (its last, with the release). Returns (owner, fencing token, wall-clock
+    start, wall-clock end) per acquisition."""
     import time
 
     from agentrooms.rooms import Rooms
@@ -108,6 +110,19 @@ def contend_for_lock(
             locks = Rooms(store).room(room).locks
 
             async def agent(owner: str) -> None:
+                if requeue:
+                    lock = await locks.wait_acquire("one", owner, ttl=30, timeout=120)
+                    for turn in range(rounds):
+                        start = time.time()
+                        count = (await store.read(room, ["counter"])).value("counter", 0)
+                        await asyncio.sleep(hold)
+                        bump = [Put("counter", count + 1)]
+                        held.append((lock.owner, lock.fence, start, time.time()))
+                        if turn == rounds - 1:
+                            await locks.release(lock, writes=bump)
+                        else:
+                            lock = await locks.requeue(lock, writes=bump, timeout=120)
+                    return
                 for _ in range(rounds):
                     async with locks.hold("one", owner, ttl=30, queue_timeout=120) as lock:
                         start = time.time()

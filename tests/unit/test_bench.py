@@ -54,6 +54,7 @@ def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
         "ours-polling",
         "ours-queued",
         "ours-queued-fused",
+        "ours-requeue",
     }
     for cell in finished:
         if cell["kind"] == "peer" and cell["group"] == "locks":

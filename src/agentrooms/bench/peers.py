@@ -5,7 +5,10 @@
   *without* any compare, so a lock that ever admits two holders loses an increment (the
   check). Ours: the polling ``acquire`` and the queued ``wait_acquire``, and the queued
   lock again with the increment committed by the release (``ours-queued-fused``:
-  ``release(lock, writes=...)``, one round trip less per acquisition, and fenced); peers:
+  ``release(lock, writes=...)``, one round trip less per acquisition, and fenced), and
+  the fused release that also gets the agent back in line (``ours-requeue``:
+  ``requeue(lock, writes=...)``, one write where the release and the next
+  ``wait_acquire`` cost two, for an agent that takes the lock turn after turn); peers:
   ``python-redis-lock`` (threads, a blocking ``BLPOP`` wake-up) and pottery's
   ``AIORedlock`` (asyncio, one master). Reported: acquisitions/s and the share of a solo
   agent's rate, agents served, Jain's fairness index over per-agent acquisitions
@@ -86,7 +89,7 @@ def peer_specs(
     notes: list[str] = []
     reps = range(settings.repetitions)
     name = target.name
-    locks = ["ours-polling", "ours-queued", "ours-queued-fused"]
+    locks = ["ours-polling", "ours-queued", "ours-queued-fused", "ours-requeue"]
     if name == "redis":
         for impl, module, package in (
             ("python-redis-lock", "redis_lock", "python-redis-lock"),
@@ -181,10 +184,15 @@ def jain(counts: list[int]) -> float:
 # ------------------------------------------------------------------------------ locks
 
 
-LockOps = tuple[
-    Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]], Callable[[], Awaitable[None]]
-]
-"""An agent's (take the lock, release it, increment the counter without a compare)."""
+@dataclass(frozen=True)
+class LockOps:
+    """What an agent does with the lock."""
+
+    take: Callable[[], Awaitable[Any]]
+    give: Callable[[Any], Awaitable[None]]  # release it
+    bump: Callable[[], Awaitable[None]]  # increment the counter, without a compare
+    # release it and take it again (in line behind the others), if the library can
+    again: Callable[[Any], Awaitable[Any]] | None = None
 
 
 async def _locks(spec: PeerSpec, target: Target, settings: Settings) -> _Peer:
@@ -207,7 +215,8 @@ async def _our_locks(
     stores = await target.handles(spec.agents)
     room = (await Rooms(stores[0]).create(unique("bench-lock"))).name
     await stores[0].transact(room, writes=[Put("counter", 0)])
-    fused = spec.impl == "ours-queued-fused"
+    requeue = spec.impl == "ours-requeue"
+    fused = requeue or spec.impl == "ours-queued-fused"
     holds: list[float] = []
 
     def agent_ops(i: int) -> LockOps:
@@ -216,7 +225,7 @@ async def _our_locks(
         name = f"a{i}"
 
         async def take() -> Any:
-            if spec.impl.startswith("ours-queued"):
+            if spec.impl != "ours-polling":
                 return await locks.wait_acquire("one", name, ttl=10, timeout=remaining())
             # sleeps grow step, 2*step, ...: as many tries as fit before the deadline
             tries = max(1, int((2 * remaining() / POLL_STEP) ** 0.5))
@@ -228,6 +237,11 @@ async def _our_locks(
             await locks.release(lock, writes=last)
             last.clear()
 
+        async def again(lock: Any) -> Any:
+            writes = last[:]
+            last.clear()
+            return await locks.requeue(lock, writes=writes, timeout=remaining())
+
         async def bump() -> None:
             value = (await store.read(room, ["counter"])).value("counter")
             await _hold(holds)
@@ -236,7 +250,7 @@ async def _our_locks(
             else:
                 await store.transact(room, writes=[Put("counter", value + 1)])
 
-        return take, give, bump
+        return LockOps(take, give, bump, again if requeue else None)
 
     async def final() -> int:
         value: int = (await stores[0].read(room, ["counter"])).value("counter")
@@ -277,7 +291,7 @@ async def _pottery_locks(
             await _hold(holds)
             await client.set(counter, value + 1)
 
-        return take, give, bump
+        return LockOps(take, give, bump)
 
     async def final() -> int:
         return int(await client.get(counter) or 0)
@@ -302,21 +316,31 @@ async def _contest(
     origin = time.perf_counter()
 
     async def agent(i: int) -> None:
-        take, give, bump = agent_ops(i)
+        ops = agent_ops(i)
+        held: Any = None  # a grant that ``again`` passes on and takes back
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             try:
-                held = await take()
+                if held is None:
+                    held = await ops.take()
+                else:
+                    assert ops.again is not None
+                    held = await ops.again(held)
             except LockHeld:
+                held = None
                 records.append(_acquire(i, t0, origin, "exhausted"))
                 continue
             records.append(_acquire(i, t0, origin, "ok"))
             try:
-                await bump()
-                per_agent[i] += 1
-            finally:
-                await give(held)
-            await asyncio.sleep(0)
+                await ops.bump()
+            except BaseException:
+                await ops.give(held)
+                raise
+            per_agent[i] += 1
+            if ops.again is None or time.perf_counter() >= deadline:
+                await ops.give(held)
+                held = None
+                await asyncio.sleep(0)
 
     began = time.perf_counter()
     await asyncio.gather(*(agent(i) for i in range(spec.agents)))

@@ -23,6 +23,11 @@ Two ways to wait for a held lock:
   the reader does not read back what was told, except on Redis, where the wait for new
   events is that read). A waiter that dies stops refreshing its entry and drops out; a
   holder that dies lets its lock expire, and the waiters take it then.
+* ``requeue`` is ``release`` then ``wait_acquire`` for an agent that takes the lock turn
+  after turn: when someone waits, the write that hands the lock over also puts the
+  releaser at the back of the line, so a turn costs one write, not two, and the new
+  holder's look at the line behind it (below) finds the releaser there already, where a
+  releaser queueing after its release can come too late to be seen.
 
 Round trips. The commit loop's read-then-write costs two; the common paths here cost
 one write each, and fall back to the commit loop when a guess was wrong:
@@ -38,11 +43,14 @@ one write each, and fall back to the commit loop when a guess was wrong:
   (fails: it left, try the next). A grant of a free lock rewrites ``lockline/<name>``,
   as every join of the line does: its release compares that record still at the version
   its grant wrote, and so knows without reading that nobody joined (fails: someone did,
-  read the line). An uncontended take and release are two writes. Finding the head of a
-  line costs a scan of it, but not once per handoff: a handoff event names the waiters
-  behind the new holder, in order (up to :data:`LINE` of them), and the new holder reads
-  just the first of those that is still there, while it holds the lock; if that waiter
-  waits in this process, the holder knows its entry without reading it
+  read the line). A waiter that joined before such a grant (its holder's lease ran out,
+  and another agent took the lock free) rewrites the record when it finds the lock held
+  again after a release or an expiry, so that the holder's next release reads the line
+  and hands it the lock. An uncontended take and release are two writes. Finding the
+  head of a line costs a scan of it, but not once per handoff: a handoff event names the
+  waiters behind the new holder, in order (up to :data:`LINE` of them), and the new
+  holder reads just the first of those that is still there, while it holds the lock; if
+  that waiter waits in this process, the holder knows its entry without reading it
   (:data:`_waiting`). A line of n waiters costs one scan per :data:`LINE` handoffs
   instead of one per handoff, and decodes at most two entries per handoff instead of n.
 
@@ -59,7 +67,7 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,6 +149,9 @@ class _Seen:
     # that record is unchanged, nobody has joined the line since
     mark: int | None = None
 
+
+_Rejoin = tuple[dict[str, Any], str]
+"""A releaser getting back in line in its handoff: its queue entry, and the entry's key."""
 
 _seen: weakref.WeakKeyDictionary[Store, dict[tuple[str, str], _Seen]] = weakref.WeakKeyDictionary()
 
@@ -302,13 +313,64 @@ class Locks:
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
         ttl = _check_ttl(ttl)
-        timeout = _check_ttl(timeout, "a wait timeout")
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
         token = uuid.uuid4().hex
         seen = self._seen_of(name)
         if seen is None or not seen.held:
             with contextlib.suppress(LockHeld):
                 return await self._take(name, owner, ttl, token)
+
+        async def join(entry: dict[str, Any], queued: str) -> Lock | int:
+            return await self._join(name, owner, ttl, token, entry, queued)
+
+        return await self._queue(name, owner, ttl, token, deadline, join)
+
+    async def requeue(
+        self, lock: Lock, *, writes: Sequence[Write] = (), timeout: float = 30.0
+    ) -> Lock:
+        """Release ``lock`` and get back in line for it: what ``release`` then
+        ``wait_acquire`` do, for an agent that takes a lock turn after turn, but when
+        someone is waiting, in one write instead of two: the write that hands the lock to
+        the longest waiting agent also puts the caller at the back of the line (FIFO, as
+        if it had queued just after its release). ``writes`` commit in the releasing
+        write, fenced by ``lock``, as with ``release``. Returns the caller's next grant,
+        within ``timeout`` seconds, or raises ``LockHeld``.
+
+        With nobody waiting, it is ``release`` then ``wait_acquire``: the lock falls
+        free (a ``lock.released`` event wakes anyone left in line unseen) and the caller
+        takes it again, most likely at once. If ``lock`` had expired or changed hands:
+        ``StaleFence`` with ``writes`` (nothing is written, the caller is not in line),
+        else the caller queues as ``wait_acquire`` would."""
+        writes = list(writes)
+        deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
+        token = uuid.uuid4().hex
+        name, owner, ttl = lock.name, lock.owner, lock.ttl
+
+        async def join(entry: dict[str, Any], queued: str) -> Lock | int:
+            try:
+                ticket = await self._let_go(lock, writes, (entry, queued))
+            except StaleFence:
+                if writes:
+                    raise
+            else:
+                if ticket is not None:
+                    return ticket
+                with contextlib.suppress(LockHeld):
+                    return await self._take(name, owner, ttl, token)
+            return await self._join(name, owner, ttl, token, entry, queued)
+
+        return await self._queue(name, owner, ttl, token, deadline, join)
+
+    async def _queue(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        token: str,
+        deadline: float,
+        join: Callable[[dict[str, Any], str], Awaitable[Lock | int]],
+    ) -> Lock:
+        """Get in line by ``join`` (the lock, or our ticket), then wait our turn."""
         # The waiter's public name, in its entry's key and in handoff events: not its
         # token, which proves the grant.
         waiter = uuid.uuid4().hex
@@ -325,7 +387,7 @@ class Locks:
 
         # Subscribed before joining the line, so every release after the join wakes us.
         async with follow(self._scope.store, self._scope.room, concerns_me) as woken:
-            joined = await self._join(name, owner, ttl, token, entry, queued)
+            joined = await join(entry, queued)
             if isinstance(joined, Lock):
                 return joined
             entry["ticket"] = joined  # place in line, kept across refreshes
@@ -473,6 +535,21 @@ class Locks:
         if the lock was still this grant's. If it was not, nothing is written and
         ``StaleFence`` is raised instead of returning ``False``."""
         writes = list(writes)
+        try:
+            await self._let_go(lock, writes)
+        except StaleFence:
+            if writes:
+                raise
+            return False
+        return True
+
+    async def _let_go(
+        self, lock: Lock, writes: list[Write], rejoin: _Rejoin | None = None
+    ) -> int | None:
+        """Release ``lock`` (``StaleFence`` if it is no longer the current grant) with
+        ``writes``, handing it to the head of the line. With ``rejoin``, a handoff also
+        puts the releaser back in line: its ticket (``None``: nobody was in line, and the
+        lock is free)."""
         seen = self._seen_of(lock.name)
         if seen is None or seen.fence != lock.fence:
             seen = None
@@ -485,12 +562,10 @@ class Locks:
             line = await self._front(lock.name, None if seen is None else seen.line)
         while True:
             try:
-                await self._release(lock, line, writes, extra)
+                done = await self._release(lock, line, writes, extra, rejoin)
             except StaleFence:
                 await self._scope.read([])  # NotFound if the room itself is gone
-                if writes:
-                    raise
-                return False
+                raise
             except VersionConflict as exc:
                 if extra and keys.lock_line(lock.name) in exc.conflicts:
                     line, extra = await self._front(lock.name), []  # someone joined
@@ -502,18 +577,24 @@ class Locks:
                 continue
             if line.head is None:
                 self._saw(lock.name, _Seen(False, lock.fence))
-            else:
-                ttl = line.head.value["ttl"]
-                self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
-            return True
+                return None
+            ttl = line.head.value["ttl"]
+            self._saw(lock.name, _Seen(True, lock.fence + 1, time.monotonic() + ttl))
+            return None if rejoin is None else done.versions[rejoin[1]]
 
     async def _release(
-        self, lock: Lock, line: _Line, writes: list[Write], compares: list[Compare]
+        self,
+        lock: Lock,
+        line: _Line,
+        writes: list[Write],
+        compares: list[Compare],
+        rejoin: _Rejoin | None = None,
     ) -> TransactResult:
         """One write: release ``lock`` (its holder record still carries its fencing
         token, or ``StaleFence``), handing it to the waiter at the head of ``line`` if it
         is still there (else ``VersionConflict`` naming it), with ``writes``, if
-        ``compares`` hold (else ``VersionConflict``)."""
+        ``compares`` hold (else ``VersionConflict``). With ``rejoin`` (the releaser's
+        queue entry and its key), a handoff also puts the releaser's entry in line."""
         mine = FenceAtMost(keys.lock(lock.name), lock.fence)
         head = line.head
         if head is None:
@@ -537,9 +618,12 @@ class Locks:
             "waiter": nxt.get("waiter"),
             "line": list(line.behind[:LINE]),
         }
+        # Rejoining, the releaser's entry goes in last: its ticket (the version this
+        # write gives it) is later than every waiter's in line.
+        back = [] if rejoin is None else [Put(rejoin[1], rejoin[0], ttl=WAITER_TTL)]
         done = await self._scope.transact(
             [mine, Present(head.key), *compares],
-            [*writes, *_grant(lock.name, holder), Delete(head.key)],
+            [*writes, *_grant(lock.name, holder), Delete(head.key), *back],
             [Append("lock.handoff", data)],
         )
         self._tell(Event(done.seqs[0], "lock.handoff", data, done.now))
