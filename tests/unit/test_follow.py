@@ -67,6 +67,63 @@ async def test_one_reader_serves_every_subscription(store: Faulty) -> None:
     assert not follow_module._followers.get(store)  # the last one out stopped it
 
 
+def _to(event: Event) -> str | None:
+    """The route of the test's ``t.to`` events: whom their data names."""
+    to = event.data.get("to") if isinstance(event.data, dict) else None
+    return to if isinstance(to, str) else None
+
+
+follow_module.route("t.to", _to)
+
+
+async def test_routed_subscriptions_get_only_the_events_of_their_routes(store: Faulty) -> None:
+    """An event goes to the subscriptions its route names (told or read from the log),
+    beside those whose match accepts it; unroutable data is skipped, not a failure."""
+    async with (
+        follow(store, "r", routes=("ann",)) as ann,
+        follow(store, "r", routes=("bob", "all")) as bob,
+        follow(store, "r", lambda e: e.type == "t.to") as everything,
+    ):
+        follower = follow_module._followers[store.identity][("r", asyncio.get_running_loop())]
+        done = await store.transact(
+            "r",
+            appends=[
+                Append("t.to", {"to": "bob"}),
+                Append("t.to", ["not", "a", "dict"]),
+                Append("t.to", {"to": "all"}),
+                Append("other", {"to": "ann"}),  # not a routed type
+            ],
+        )
+        assert await bob.wait(5)
+        events = bob.take()[0]
+        while len(events) < 2:
+            assert await bob.wait(5)
+            events += bob.take()[0]
+        assert [e.data for e in events] == [{"to": "bob"}, {"to": "all"}]
+        seen = everything.take()[0]
+        while len(seen) < 3:
+            assert await everything.wait(5)
+            seen += everything.take()[0]
+        assert len(seen) == 3
+        assert not await ann.wait(0.05)
+        told = Event(done.seqs[-1] + 1, "t.to", {"to": "ann"}, done.now)
+        tell(store, "r", [told])  # told events take the same routes
+        assert ann.take()[0] == [told] and not bob.take()[0]
+        assert set(follower._routed) == {"ann", "bob", "all"}
+    assert follower._routed == {} and not follower._matching
+
+
+async def test_follow_wants_a_match_or_routes() -> None:
+    store = await open_store("memory://")
+    with pytest.raises(ValueError, match="one of them"):
+        async with follow(store, "r"):
+            pass
+    with pytest.raises(ValueError, match="one of them"):
+        async with follow(store, "r", lambda e: True, routes=("x",)):
+            pass
+    await store.close()
+
+
 async def test_a_store_failure_asks_for_resync_and_recovers(store: Faulty) -> None:
     async with follow(store, "r", lambda e: True) as sub:
         store.faults.append(StoreUnavailable("down"))

@@ -74,7 +74,7 @@ from typing import Any
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
-from agentrooms.rooms.follow import Subscription, follow, tell
+from agentrooms.rooms.follow import Subscription, follow, route, tell
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import (
     Absent,
@@ -377,16 +377,10 @@ class Locks:
         entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl, "waiter": waiter}
         queued = keys.lock_waiter(name, waiter)
 
-        def concerns_me(event: Event) -> bool:
-            data = event.data
-            if not isinstance(data, dict) or data.get("lock") != name:
-                return False
-            if event.type == "lock.released":
-                return True
-            return event.type == "lock.handoff" and data.get("waiter") == waiter
-
-        # Subscribed before joining the line, so every release after the join wakes us.
-        async with follow(self._scope.store, self._scope.room, concerns_me) as woken:
+        # The handoffs that name us, and every release of the lock. Subscribed before
+        # joining the line, so every release after the join wakes us.
+        routes = (("lock.handoff", name, waiter), ("lock.released", name))
+        async with follow(self._scope.store, self._scope.room, routes=routes) as woken:
             joined = await join(entry, queued)
             if isinstance(joined, Lock):
                 return joined
@@ -736,6 +730,22 @@ class Locks:
             yield lock
         finally:
             await self.release(lock)
+
+
+def _lock_route(event: Event) -> tuple[str, ...] | None:
+    """A waiter's route (:func:`.follow.route`) of a lock event: its type and lock, and
+    for a handoff the waiter it names (``None``: not a lock's event after all)."""
+    data = event.data
+    if not isinstance(data, dict) or not isinstance(lock := data.get("lock"), str):
+        return None
+    if event.type == "lock.released":
+        return (event.type, lock)
+    waiter = data.get("waiter")
+    return (event.type, lock, waiter) if isinstance(waiter, str) else None
+
+
+route("lock.handoff", _lock_route)
+route("lock.released", _lock_route)
 
 
 def _local(expires_at: float | None, store_now: float) -> float | None:
