@@ -338,13 +338,23 @@ class Locks:
 
         With nobody waiting, it is ``release`` then ``wait_acquire``: the lock falls
         free (a ``lock.released`` event wakes anyone left in line unseen) and the caller
-        takes it again, most likely at once. If ``lock`` had expired or changed hands:
-        ``StaleFence`` with ``writes`` (nothing is written, the caller is not in line),
-        else the caller queues as ``wait_acquire`` would."""
+        takes it again, most likely at once. So is a ``lock`` taken while free (not
+        handed over from the line), which most likely nobody waits for.
+
+        If ``lock`` had expired or changed hands: ``StaleFence`` with ``writes``
+        (nothing is written, the caller is not in line), else the caller queues as
+        ``wait_acquire`` would."""
         writes = list(writes)
         deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
-        token = uuid.uuid4().hex
         name, owner, ttl = lock.name, lock.owner, lock.ttl
+        seen = self._seen_of(name)
+        if seen is not None and seen.fence == lock.fence and seen.mark is not None:
+            # a grant of the free lock: most likely nobody waits, so no need to get
+            # ready to wait (and if someone joined, the release hands the lock over)
+            await self.release(lock, writes=writes)
+            left = max(deadline - time.monotonic(), 0.001)
+            return await self.wait_acquire(name, owner, ttl=ttl, timeout=left)
+        token = uuid.uuid4().hex
 
         async def join(entry: dict[str, Any], queued: str) -> Lock | int:
             try:
