@@ -257,6 +257,14 @@ def tell(store: Store, room: str, events: list[Event]) -> None:
         follower._hand_out(event)
 
 
+def following(store: Store, room: str) -> bool:
+    """Whether this event loop has a running follower of (``store``'s identity,
+    ``room``): a subscription made now would not have to start one (and read the log's
+    position first)."""
+    follower = _followers.get(store.identity, {}).get((room, asyncio.get_running_loop()))
+    return follower is not None and follower._task is not None and not follower._task.done()
+
+
 @contextlib.asynccontextmanager
 async def follow(
     store: Store,

@@ -74,7 +74,7 @@ from typing import Any
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
-from agentrooms.rooms.follow import Subscription, follow, route, tell
+from agentrooms.rooms.follow import Subscription, follow, following, route, tell
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import (
     Absent,
@@ -369,7 +369,12 @@ class Locks:
                     return await self._take(name, owner, ttl, token)
             return await self._join(name, owner, ttl, token, entry, queued)
 
-        return await self._queue(name, owner, ttl, token, deadline, join)
+        # Nobody else in this process follows the room: subscribing would first start
+        # the process's reader of the log (a read), and the lock would wait for it. So
+        # this one hands over first and subscribes after, then reads the lock once for
+        # what it may have missed in between.
+        early = not following(self._scope.store, self._scope.room)
+        return await self._queue(name, owner, ttl, token, deadline, join, early)
 
     async def _queue(
         self,
@@ -379,26 +384,33 @@ class Locks:
         token: str,
         deadline: float,
         join: Callable[[dict[str, Any], str], Awaitable[Lock | int]],
+        early: bool = False,
     ) -> Lock:
-        """Get in line by ``join`` (the lock, or our ticket), then wait our turn."""
+        """Get in line by ``join`` (the lock, or our ticket), then wait our turn. The
+        subscription to the room's log comes first, so every release after the join
+        wakes us; with ``early``, it comes after the join, and the lock is read once."""
         # The waiter's public name, in its entry's key and in handoff events: not its
         # token, which proves the grant.
         waiter = uuid.uuid4().hex
         entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl, "waiter": waiter}
         queued = keys.lock_waiter(name, waiter)
-
-        # The handoffs that name us, and every release of the lock. Subscribed before
-        # joining the line, so every release after the join wakes us.
+        joined = await join(entry, queued) if early else None
+        if isinstance(joined, Lock):
+            return joined
+        # The handoffs that name us, and every release of the lock.
         routes = (("lock.handoff", name, waiter), ("lock.released", name))
         async with follow(self._scope.store, self._scope.room, routes=routes) as woken:
-            joined = await join(entry, queued)
-            if isinstance(joined, Lock):
-                return joined
+            if joined is None:
+                joined = await join(entry, queued)
+                if isinstance(joined, Lock):
+                    return joined
             entry["ticket"] = joined  # place in line, kept across refreshes
             local = (self._scope.store.identity, self._scope.room, name, waiter)
             _waiting[local] = entry
             try:
-                return await self._wait(name, owner, ttl, token, entry, queued, woken, deadline)
+                return await self._wait(
+                    name, owner, ttl, token, entry, queued, woken, deadline, look=early
+                )
             finally:
                 if _waiting.get(local) is entry:
                     del _waiting[local]
@@ -413,13 +425,15 @@ class Locks:
         queued: str,
         woken: Subscription,
         deadline: float,
+        look: bool = False,
     ) -> Lock:
         """In line: wait for the handoff naming us, reading the lock when a release,
-        an expiry or a lost track of the log leaves it in doubt."""
+        an expiry or a lost track of the log leaves it in doubt (and first, if
+        ``look``)."""
         refresh_at = time.monotonic() + WAITER_TTL / 3
         seen = self._seen_of(name)
         holder_until = None if seen is None or not seen.held else seen.until
-        look = holder_until is None  # unknown holder expiry: read the lock once
+        look = look or holder_until is None  # unknown holder expiry: read the lock once
         lost = False  # the lock fell free (or its lease ran out) since we last looked
         while True:
             if look:
