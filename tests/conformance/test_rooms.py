@@ -451,6 +451,46 @@ async def test_requeue_with_nobody_in_line_takes_the_lock_again(store: Store) ->
     assert (await store.scan(room.name, "lockq/")).records == []
 
 
+async def test_a_requeuer_alone_in_its_process_hands_over_then_subscribes(
+    store: Store,
+) -> None:
+    """With no reader of the room's log running in its process (here: its handle has an
+    identity of its own), ``requeue`` writes first and subscribes after, so the lock
+    does not wait for the reader to start. What happens in between is not lost: here the
+    new holder releases the lock back to it before it has subscribed, and it finds the
+    lock its own by the one read it makes after subscribing."""
+    handed: list[Lock] = []
+    requeue_write = [0]  # the number of the requeue's write, once it is known
+
+    async def give_back(n: int, result: object) -> None:
+        if n == requeue_write[0]:  # the requeue's write has committed: B holds the lock
+            b = await asyncio.wait_for(waiter_b, 10)
+            handed.append(b)
+            assert await other.locks.release(b)  # hands it back to A, who is not told
+
+    mine = Interposed(store, after=give_back)
+    room = await Rooms(mine).create(f"alone-{uuid.uuid4().hex[:8]}")
+    other = Rooms(Interposed(store)).room(room.name)  # another identity: another reader
+    b0 = await other.locks.try_acquire("plan", "B", ttl=30)
+    a_waits = asyncio.create_task(room.locks.wait_acquire("plan", "A", ttl=30, timeout=20))
+    await in_line(store, room, 1)
+    assert await other.locks.release(b0)
+    a = await asyncio.wait_for(a_waits, 10)  # from the line: requeue will hand over
+    waiter_b = asyncio.create_task(other.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
+    await in_line(store, room, 1)
+    requeue_write[0] = mine.calls + 1
+    reads = mine.reads
+    t0 = time.monotonic()
+    a2 = await asyncio.wait_for(room.locks.requeue(a, timeout=20), 10)
+    assert time.monotonic() - t0 < 5  # found by its read, not by its expiry look
+    (b,) = handed
+    assert (b.owner, b.fence) == ("B", a.fence + 1)
+    assert (a2.owner, a2.fence) == ("A", a.fence + 2)
+    assert mine.reads - reads == 1  # the one read after subscribing
+    assert await room.locks.release(a2)
+    assert (await store.scan(room.name, "lockq/")).records == []
+
+
 async def test_requeue_of_a_stale_grant(store: Store, room: Room) -> None:
     """A grant that expired and changed hands: with writes, ``requeue`` writes nothing,
     joins no line and raises ``StaleFence``; without, it queues like ``wait_acquire``."""
