@@ -378,6 +378,13 @@ async def in_line(store: Store, room: Room, n: int) -> None:
         await asyncio.sleep(0.01)
 
 
+async def handed(task: asyncio.Task[Lock], owner: str, fence: int) -> Lock:
+    """The grant ``task`` gets (within 10 s): ``owner``'s, with fencing token ``fence``."""
+    lock = await asyncio.wait_for(task, 10)
+    assert (lock.owner, lock.fence) == (owner, fence)
+    return lock
+
+
 async def test_requeue_passes_the_lock_on_and_gets_back_in_line(store: Store) -> None:
     """``requeue``: one write hands the lock to the head of the line, commits the
     holder's last writes, and puts the holder at the back of the line, where it is
@@ -392,8 +399,7 @@ async def test_requeue_passes_the_lock_on_and_gets_back_in_line(store: Store) ->
     a_again = asyncio.create_task(
         room.locks.requeue(a, writes=[Put("report", {"by": "A"})], timeout=20)
     )
-    b = await asyncio.wait_for(waiters[0], 10)
-    assert (b.owner, b.fence) == ("B", a.fence + 1)
+    b = await handed(waiters[0], "B", a.fence + 1)
     assert (await store.read(room.name, ["report"])).value("report") == {"by": "A"}
     await in_line(store, room, 2)  # C, then A
     assert not a_again.done()
@@ -403,17 +409,15 @@ async def test_requeue_passes_the_lock_on_and_gets_back_in_line(store: Store) ->
     # holds the lock, and finds B there.)
     calls, reads = counting.calls, counting.reads
     b_again = asyncio.create_task(room.locks.requeue(b, timeout=20))
-    c = await asyncio.wait_for(waiters[1], 10)
-    assert (c.owner, c.fence) == ("C", a.fence + 2)
+    c = await handed(waiters[1], "C", a.fence + 2)
     assert (counting.calls - calls, counting.reads - reads) == (1, 0)
 
     assert await room.locks.release(c)
-    a2 = await asyncio.wait_for(a_again, 10)  # A's turn: it went in line before B
-    assert (a2.owner, a2.fence) == ("A", a.fence + 3) and a2.token != a.token
+    a2 = await handed(a_again, "A", a.fence + 3)  # A's turn: it went in line before B
+    assert a2.token != a.token
     assert not b_again.done()
     assert await room.locks.release(a2)
-    b2 = await asyncio.wait_for(b_again, 10)
-    assert (b2.owner, b2.fence) == ("B", a.fence + 4)
+    b2 = await handed(b_again, "B", a.fence + 4)
     assert await room.locks.release(b2)
     assert await room.locks.holder("plan") is None
     assert (await store.scan(room.name, "lockq/")).records == []
@@ -442,11 +446,9 @@ async def test_requeue_with_nobody_in_line_takes_the_lock_again(store: Store) ->
     waiter = asyncio.create_task(room.locks.wait_acquire("plan", "B", timeout=20))
     await in_line(store, room, 1)
     a_again = asyncio.create_task(room.locks.requeue(a2, timeout=20))
-    b = await asyncio.wait_for(waiter, 10)
-    assert (b.owner, b.fence) == ("B", a2.fence + 1)
+    b = await handed(waiter, "B", a2.fence + 1)
     assert await room.locks.release(b)
-    a3 = await asyncio.wait_for(a_again, 10)
-    assert (a3.owner, a3.fence) == ("A", a2.fence + 2)
+    a3 = await handed(a_again, "A", a2.fence + 2)
     assert await room.locks.release(a3)
     assert (await store.scan(room.name, "lockq/")).records == []
 
@@ -504,8 +506,7 @@ async def test_requeue_of_a_stale_grant(store: Store, room: Room) -> None:
     a_again = asyncio.create_task(room.locks.requeue(a, timeout=20))
     await in_line(store, room, 1)
     assert await room.locks.release(b)
-    a2 = await asyncio.wait_for(a_again, 10)
-    assert (a2.owner, a2.fence) == ("A", b.fence + 1)
+    a2 = await handed(a_again, "A", b.fence + 1)
     assert await room.locks.release(a2)
 
 
