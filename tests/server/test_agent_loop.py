@@ -175,3 +175,46 @@ async def test_a_stale_holder_is_fenced_out(store: Store, room: str) -> None:
         assert held.status_code == 409 and held.json()["error"]["type"] == "lease_held"
         task = (await c.get(f"{base}/tasks/t", headers=bob)).json()
         assert task["owner"] == "bob" and task["result"] is None
+
+
+async def test_agents_take_turns_on_a_lock_with_requeue(store: Store, room: str) -> None:
+    """``POST .../requeue``: the grant passes to the agent in line and the caller goes
+    to the back of the line, in one request; its answer is the caller's next grant. A
+    stale grant queues as acquire would; another agent's grant is refused."""
+    admin = bearer(await token(store, "lead", "*", ["admin"]))
+    alice = bearer(await token(store, "alice", [room], WORKER_SCOPES))
+    bob = bearer(await token(store, "bob", [room], WORKER_SCOPES))
+    base = f"/v1/rooms/{room}/locks/deploy"
+
+    async def in_line(n: int) -> None:
+        while len((await store.scan(room, "lockq/")).records) < n:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async with client(make_app(store)) as c:
+        await c.post("/v1/rooms", json={"name": room}, headers=admin)
+        a = (await c.post(f"{base}/acquire", json={"ttl": 30}, headers=alice)).json()
+        b_waits = asyncio.create_task(c.post(f"{base}/acquire", json={"wait": 10}, headers=bob))
+        await in_line(1)
+        a_next = asyncio.create_task(
+            c.post(f"{base}/requeue", json={**_grant(a), "wait": 10}, headers=alice)
+        )
+        b = (await asyncio.wait_for(b_waits, 10)).json()
+        assert (b["owner"], b["fence"]) == ("bob", a["fence"] + 1)
+        await in_line(1)  # alice, at the back of the line
+        assert not a_next.done()
+        b_next = asyncio.create_task(
+            c.post(f"{base}/requeue", json={**_grant(b), "wait": 10}, headers=bob)
+        )
+        a2 = (await asyncio.wait_for(a_next, 10)).json()
+        assert (a2["owner"], a2["fence"], a2["ttl"]) == ("alice", a["fence"] + 2, 30)
+        foreign = await c.post(f"{base}/requeue", json=_grant(a2), headers=bob)
+        assert foreign.status_code == 403 and foreign.json()["error"]["type"] == "forbidden"
+        released = await c.post(f"{base}/release", json=_grant(a2), headers=alice)
+        assert released.json() == {"released": True}
+        b2 = (await asyncio.wait_for(b_next, 10)).json()
+        assert (b2["owner"], b2["fence"]) == ("bob", a["fence"] + 3)
+        # alice's first grant is long gone: she queues behind bob and times out
+        stale = await c.post(f"{base}/requeue", json={**_grant(a), "wait": 0.2}, headers=alice)
+        assert stale.status_code == 409 and stale.json()["error"]["type"] == "lock_held"
+        await c.post(f"{base}/release", json=_grant(b2), headers=bob)
+        assert (await c.get(base, headers=alice)).json()["holder"] is None

@@ -166,6 +166,7 @@ def operations(w: World) -> list[Op]:
         ),
         Op("release", "POST", f"{r}/locks/L/release", "locks:write", grant),
         Op("extend", "POST", f"{r}/locks/L/extend", "locks:write", grant),
+        Op("requeue", "POST", f"{r}/locks/L/requeue", "locks:write", grant),
     ]
 
 
@@ -284,7 +285,7 @@ async def agent_and_partition_cases(store: Store, w: World, ops: list[Op], full:
     bob = Kind(
         "bob holds alice's grant token", bearer(await token(store, "bob", [w.alpha], ALL_BUT_ADMIN))
     )
-    for verb in ("release", "extend"):
+    for verb in ("release", "extend", "requeue"):
         path = f"/v1/rooms/{{room}}/locks/L/{verb}"
         op = Op(f"{verb} another's grant", "POST", path, "locks:write", grant)
         cases.append(Case("own", op, w.alpha, bob, 403, "forbidden"))

@@ -287,6 +287,12 @@ class ExtendIn(LockRef):
     ttl: Seconds | None = None
 
 
+class RequeueIn(LockRef):
+    wait: float = Field(
+        default=30.0, gt=0, le=3600, description="seconds to wait for the next turn (capped)"
+    )
+
+
 class Released(BaseModel):
     released: bool
 

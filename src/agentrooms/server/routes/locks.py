@@ -1,5 +1,6 @@
 """Named locks: acquire (now, or queued for up to ``wait`` seconds), release, extend,
-and who holds one.
+requeue (release and queue again in one write, for an agent taking turns), and who
+holds one.
 
 A grant's random ``token`` is its proof: release and extend take it back with the
 ``fence``. The holder record is checked before extending (the library's ``extend``
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Body, Path, Request
 from agentrooms.errors import Forbidden, StaleFence
 from agentrooms.rooms import Lock, Room
 from agentrooms.rooms import keys as room_keys
+from agentrooms.rooms.locks import DEFAULT_TTL
 from agentrooms.server.deps import LocksWrite, RoomsRead, act_as, limits_of
 from agentrooms.server.models import (
     NAME_PATTERN,
@@ -26,6 +28,7 @@ from agentrooms.server.models import (
     LockRef,
     LockState,
     Released,
+    RequeueIn,
 )
 from agentrooms.server.routes import COMMON, errors
 from agentrooms.store.base import Record
@@ -105,3 +108,24 @@ async def extend(access: LocksWrite, name: LockName, body: ExtendIn) -> LockOut:
         access.room.name, name, access.agent, body.token, body.fence, 0.0, record.value["ttl"]
     )
     return _out(await access.room.locks.extend(lock, body.ttl))
+
+
+@router.post(
+    "/{name}/requeue",
+    summary="Pass a grant on and queue for the lock again, in one write",
+    responses=errors(409),
+)
+async def requeue(request: Request, access: LocksWrite, name: LockName, body: RequeueIn) -> LockOut:
+    """For an agent that takes the lock turn after turn: the grant goes to the next agent
+    in line, and this agent goes to the back of the line, in one write (or, with nobody
+    waiting, takes the lock again at once). Answers with the next grant (same ttl) once
+    it comes, within ``wait`` seconds, else ``409`` (lock_held). A grant that had expired
+    or changed hands queues as ``acquire`` with ``wait`` would (ttl 30 s)."""
+    wait = min(body.wait, limits_of(request).max_lock_wait)
+    locks = access.room.locks
+    record = await _grant(access.room, name, access.agent, body.token)
+    if record is None:
+        return _out(await locks.wait_acquire(name, access.agent, ttl=DEFAULT_TTL, timeout=wait))
+    value = record.value
+    lock = Lock(access.room.name, name, access.agent, body.token, value["fence"], 0.0, value["ttl"])
+    return _out(await locks.requeue(lock, timeout=wait))
