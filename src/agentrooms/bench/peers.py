@@ -337,10 +337,12 @@ async def _contest(
                 await ops.give(held)
                 raise
             per_agent[i] += 1
-            if ops.again is None or time.perf_counter() >= deadline:
+            if ops.again is None:
                 await ops.give(held)
                 held = None
                 await asyncio.sleep(0)
+        if held is not None:  # the last grant ``again`` would have passed on (its write too)
+            await ops.give(held)
 
     began = time.perf_counter()
     await asyncio.gather(*(agent(i) for i in range(spec.agents)))
