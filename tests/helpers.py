@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -55,3 +56,9 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+async def in_line(store: Store, room: str, n: int) -> None:
+    """Wait until ``n`` waiters are in the line of ``room``'s locks."""
+    while len((await store.scan(room, "lockq/")).records) < n:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)

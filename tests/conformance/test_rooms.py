@@ -29,7 +29,7 @@ from agentrooms.rooms import Lock, Room, Rooms, TaskSpec
 from agentrooms.store import Delete, Event, Put, Store
 from agentrooms.store.wrap import Forwarding
 from tests.conftest import Backend
-from tests.helpers import Interposed
+from tests.helpers import Interposed, in_line
 
 
 @pytest.fixture
@@ -372,12 +372,6 @@ async def test_release_commits_the_holders_last_writes_with_it(room: Room) -> No
     assert await room.locks.release(c) is True
 
 
-async def in_line(store: Store, room: Room, n: int) -> None:
-    """Wait until ``n`` waiters are in the line of the room's locks."""
-    while len((await store.scan(room.name, "lockq/")).records) < n:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
-
-
 async def handed(task: asyncio.Task[Lock], owner: str, fence: int) -> Lock:
     """The grant ``task`` gets (within 10 s): ``owner``'s, with fencing token ``fence``."""
     lock = await asyncio.wait_for(task, 10)
@@ -395,13 +389,13 @@ async def test_requeue_passes_the_lock_on_and_gets_back_in_line(store: Store) ->
     waiters = []
     for name in ("B", "C"):
         waiters.append(asyncio.create_task(room.locks.wait_acquire("plan", name, timeout=20)))
-        await in_line(store, room, len(waiters))  # in line before the next one comes
+        await in_line(store, room.name, len(waiters))  # in line before the next one comes
     a_again = asyncio.create_task(
         room.locks.requeue(a, writes=[Put("report", {"by": "A"})], timeout=20)
     )
     b = await handed(waiters[0], "B", a.fence + 1)
     assert (await store.read(room.name, ["report"])).value("report") == {"by": "A"}
-    await in_line(store, room, 2)  # C, then A
+    await in_line(store, room.name, 2)  # C, then A
     assert not a_again.done()
 
     # B's grant came from the line, and C waits in this process: B's requeue is one
@@ -444,7 +438,7 @@ async def test_requeue_with_nobody_in_line_takes_the_lock_again(store: Store) ->
 
     # someone joins the line: the new grant's requeue hands the lock over, A waits
     waiter = asyncio.create_task(room.locks.wait_acquire("plan", "B", timeout=20))
-    await in_line(store, room, 1)
+    await in_line(store, room.name, 1)
     a_again = asyncio.create_task(room.locks.requeue(a2, timeout=20))
     b = await handed(waiter, "B", a2.fence + 1)
     assert await room.locks.release(b)
@@ -475,11 +469,11 @@ async def test_a_requeuer_alone_in_its_process_hands_over_then_subscribes(
     other = Rooms(Interposed(store)).room(room.name)  # another identity: another reader
     b0 = await other.locks.try_acquire("plan", "B", ttl=30)
     a_waits = asyncio.create_task(room.locks.wait_acquire("plan", "A", ttl=30, timeout=20))
-    await in_line(store, room, 1)
+    await in_line(store, room.name, 1)
     assert await other.locks.release(b0)
     a = await asyncio.wait_for(a_waits, 10)  # from the line: requeue will hand over
     waiter_b = asyncio.create_task(other.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
-    await in_line(store, room, 1)
+    await in_line(store, room.name, 1)
     requeue_write[0] = mine.calls + 1
     reads = mine.reads
     t0 = time.monotonic()
@@ -504,7 +498,7 @@ async def test_requeue_of_a_stale_grant(store: Store, room: Room) -> None:
     assert (await store.read(room.name, ["report"])).get("report") is None
     assert (await store.scan(room.name, "lockq/")).records == []
     a_again = asyncio.create_task(room.locks.requeue(a, timeout=20))
-    await in_line(store, room, 1)
+    await in_line(store, room.name, 1)
     assert await room.locks.release(b)
     a2 = await handed(a_again, "A", b.fence + 1)
     assert await room.locks.release(a2)
@@ -543,7 +537,7 @@ async def test_requeue_serves_agents_turn_by_turn(backend: Backend) -> None:
 
     first = await Rooms(handles[0]).room(room.name).locks.try_acquire("plan", "a0", ttl=30)
     agents = [asyncio.create_task(agent(i)) for i in range(1, n)]
-    await in_line(store, room, n - 1)  # everyone in line before the first turn ends
+    await in_line(store, room.name, n - 1)  # everyone in line before the first turn ends
     agents.append(asyncio.create_task(agent(0, first)))
     await asyncio.wait_for(asyncio.gather(*agents), 60)
     owners = [owner for owner, _ in held]
@@ -1036,7 +1030,7 @@ async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
         return w
 
     waiter = asyncio.create_task(turn())
-    await in_line(store, room, 1)
+    await in_line(store, room.name, 1)
     b = await room.locks.acquire("plan", "B", ttl=30, tries=100, step=0.01)  # free, at expiry
     turns = 0
     while not waiter.done() and turns < 10:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from agentrooms.store import Store
+from tests.helpers import in_line
 from tests.server.support import bearer, client, make_app, token
 
 WORKER_SCOPES = [
@@ -186,21 +187,17 @@ async def test_agents_take_turns_on_a_lock_with_requeue(store: Store, room: str)
     bob = bearer(await token(store, "bob", [room], WORKER_SCOPES))
     base = f"/v1/rooms/{room}/locks/deploy"
 
-    async def in_line(n: int) -> None:
-        while len((await store.scan(room, "lockq/")).records) < n:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-
     async with client(make_app(store)) as c:
         await c.post("/v1/rooms", json={"name": room}, headers=admin)
         a = (await c.post(f"{base}/acquire", json={"ttl": 30}, headers=alice)).json()
         b_waits = asyncio.create_task(c.post(f"{base}/acquire", json={"wait": 10}, headers=bob))
-        await in_line(1)
+        await in_line(store, room, 1)
         a_next = asyncio.create_task(
             c.post(f"{base}/requeue", json={**_grant(a), "wait": 10}, headers=alice)
         )
         b = (await asyncio.wait_for(b_waits, 10)).json()
         assert (b["owner"], b["fence"]) == ("bob", a["fence"] + 1)
-        await in_line(1)  # alice, at the back of the line
+        await in_line(store, room, 1)  # alice, at the back of the line
         assert not a_next.done()
         b_next = asyncio.create_task(
             c.post(f"{base}/requeue", json={**_grant(b), "wait": 10}, headers=bob)
