@@ -6,7 +6,7 @@ process (48 agents queued on one lock) each append costs one store read per wait
 the store spends its time answering questions whose answer is "not yet".
 
 A :class:`Follower` instead reads the room's log once per batch of new events, for all
-the waiters of this process, and hands each waiter only the events its ``match`` accepts:
+the waiters of this process, and hands each waiter only the events meant for it:
 one ``Store.follow_log`` per batch (one round trip on Redis; a watch and a read on the
 other backends, or the watch alone when the batch is this process's own appends, told
 already: see below), whatever the number of waiters.
@@ -113,7 +113,7 @@ class Follower:
         self.store = store
         self.room = room
         self.subscriptions: set[Subscription] = set()
-        self._matching: set[Subscription] = set()  # those with a match
+        self._matching: dict[Subscription, Callable[[Event], bool]] = {}  # -> its match
         self._routed: dict[Hashable, set[Subscription]] = {}  # route -> its subscriptions
         self._position: int | None = None
         self._told: set[int] = set()  # seqs handed out by tell(), not yet read back
@@ -126,7 +126,7 @@ class Follower:
         subscription = Subscription(match, store, routes)
         self.subscriptions.add(subscription)
         if match is not None:
-            self._matching.add(subscription)
+            self._matching[subscription] = match
         for key in routes:
             self._routed.setdefault(key, set()).add(subscription)
         try:
@@ -144,7 +144,7 @@ class Follower:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self.subscriptions.discard(subscription)
-        self._matching.discard(subscription)
+        self._matching.pop(subscription, None)
         for key in subscription.routes:
             routed = self._routed.get(key)
             if routed is not None:
@@ -213,8 +213,8 @@ class Follower:
         if key is not None:
             for subscription in self._routed.get(key(event), ()):
                 subscription._deliver(event)
-        for subscription in self._matching:
-            if subscription.match is not None and subscription.match(event):
+        for subscription, match in self._matching.items():
+            if match(event):
                 subscription._deliver(event)
 
     def _all_told(self, position: int, seq: int) -> bool:
