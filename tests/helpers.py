@@ -13,9 +13,9 @@ Hook = Callable[[int, list[Compare]], Awaitable[None]]
 
 
 class Interposed(Forwarding):
-    """Forwards to ``inner``, counting reads and transacts; ``before(n, compares)`` runs
-    before the n-th transact (e.g. an interfering writer) and ``after(n, result)`` after
-    it commits (e.g. to lose the response by raising)."""
+    """Forwards to ``inner``, counting reads (noting their keys) and transacts;
+    ``before(n, compares)`` runs before the n-th transact (e.g. an interfering writer) and
+    ``after(n, result)`` after it commits (e.g. to lose the response by raising)."""
 
     def __init__(
         self,
@@ -29,9 +29,11 @@ class Interposed(Forwarding):
         self.reads = 0
         self.scans = 0
         self.sent: list[list[Compare]] = []
+        self.read_keys: list[list[str]] = []  # the keys of each read, in order
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         self.reads += 1
+        self.read_keys.append(list(keys))
         return await self.inner._read(room, keys)
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:

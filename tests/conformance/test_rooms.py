@@ -548,6 +548,94 @@ async def test_requeue_serves_agents_turn_by_turn(backend: Backend) -> None:
         await s.close()
 
 
+async def test_a_grant_comes_with_the_records_it_asked_for(store: Store) -> None:
+    """``read=``: the grant comes with those records' values as of the grant. Those the
+    previous holder wrote in the release that handed the lock over come in the handoff,
+    unread; the rest are read once the lock is held; absent ones are left out."""
+    counting = Interposed(store)
+    room = await Rooms(counting).create(f"values-{uuid.uuid4().hex[:8]}")
+    await store.transact(room.name, writes=[Put("report", {"v": 1}), Put("notes", "n1")])
+
+    def reads_of(key: str) -> int:
+        return sum(key in ks for ks in counting.read_keys)
+
+    a = await room.locks.try_acquire("plan", "A", read=["report", "nothing"])
+    assert a.values == {"report": {"v": 1}}  # taken free: read; an absent record left out
+    b_waits = asyncio.create_task(
+        room.locks.wait_acquire("plan", "B", timeout=20, read=["report", "notes"])
+    )
+    await in_line(store, room.name, 1)
+    before = reads_of("report"), reads_of("notes")
+    assert await room.locks.release(a, writes=[Put("report", {"v": 2}), Put("other", 1)])
+    b = await handed(b_waits, "B", a.fence + 1)
+    assert b.values == {"report": {"v": 2}, "notes": "n1"}
+    # report came with the handoff; notes, which the release did not write, was read
+    assert (reads_of("report"), reads_of("notes")) == (before[0], before[1] + 1)
+
+    c_waits = asyncio.create_task(room.locks.requeue(b, writes=[], timeout=20, read=["report"]))
+    await asyncio.sleep(0)  # B is the only one in line: requeue takes the lock back
+    b2 = await asyncio.wait_for(c_waits, 10)
+    assert b2.values == {"report": {"v": 2}} and b2.fence == b.fence + 1
+    c_waits = asyncio.create_task(room.locks.wait_acquire("plan", "C", timeout=20, read=["report"]))
+    await in_line(store, room.name, 1)
+    b_again = asyncio.create_task(
+        room.locks.requeue(b2, writes=[Put("report", {"v": 3})], timeout=20, read=["report"])
+    )
+    reported = reads_of("report")
+    c = await handed(c_waits, "C", b2.fence + 1)
+    assert c.values == {"report": {"v": 3}}
+    assert await room.locks.release(c, writes=[Put("report", {"v": 4}), Delete("notes")])
+    b3 = await handed(b_again, "B", c.fence + 1)  # B asked again with its requeue
+    assert b3.values == {"report": {"v": 4}}
+    assert reads_of("report") == reported  # both came with their handoffs
+    assert await room.locks.release(b3)
+
+    # the handoff event carries the values asked for (only those), in the room's log
+    handoffs = [e for e in await room.events.read(0, 100) if e.type == "lock.handoff"]
+    assert [e.data.get("handed") for e in handoffs] == [
+        {"report": {"v": 2}},
+        {"report": {"v": 3}},
+        {"report": {"v": 4}},
+    ]
+    with pytest.raises(BadRequest):
+        await room.locks.wait_acquire("plan", "D", read="report")
+    with pytest.raises(BadRequest):
+        await room.locks.try_acquire("plan", "D", read=[""])
+    assert await room.locks.holder("plan") is None
+
+
+async def test_handed_values_reach_a_waiter_through_the_log(store: Store) -> None:
+    """A waiter on another handle (another reader of the log, as in another process)
+    gets the values its handoff passed on from the log, decoded, with no read."""
+    room = await Rooms(store).create(f"handlog-{uuid.uuid4().hex[:8]}")
+    counting = Interposed(store)  # an identity of its own
+    other = Rooms(counting).room(room.name)
+    a = await room.locks.try_acquire("plan", "A")
+    b_waits = asyncio.create_task(
+        other.locks.wait_acquire("plan", "B", timeout=20, read=["report"])
+    )
+    await in_line(store, room.name, 1)
+    assert await room.locks.release(a, writes=[Put("report", {"rows": [1, 2], "n": None})])
+    b = await handed(b_waits, "B", a.fence + 1)
+    assert b.values == {"report": {"rows": [1, 2], "n": None}}
+    assert not any("report" in keys for keys in counting.read_keys)
+    assert await other.locks.release(b)
+
+
+async def test_handed_values_belong_to_the_new_holder(room: Room) -> None:
+    """The values a handoff passes on in this process are the new holder's own: the
+    releaser changing its written value afterwards does not change them."""
+    a = await room.locks.try_acquire("plan", "A")
+    b_waits = asyncio.create_task(room.locks.wait_acquire("plan", "B", timeout=20, read=["report"]))
+    await in_line(room.scope.store, room.name, 1)
+    report = {"items": [1]}
+    assert await room.locks.release(a, writes=[Put("report", report)])
+    report["items"].append(2)
+    b = await asyncio.wait_for(b_waits, 10)
+    assert b.values == {"report": {"items": [1]}}
+    assert await room.locks.release(b)
+
+
 async def test_acquire_backs_off_then_gives_up(room: Room) -> None:
     await room.locks.try_acquire("plan", "A", ttl=30)
     t0 = time.monotonic()

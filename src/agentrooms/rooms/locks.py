@@ -29,6 +29,13 @@ Two ways to wait for a held lock:
   holder's look at the line behind it (below) finds the releaser there already, where a
   releaser queueing after its release can come too late to be seen.
 
+A grant can come with the values of records the new holder names (``read=``). A waiter
+puts those keys in its queue entry; a release that hands it the lock and writes some of
+them passes their values on in the handoff event (they are the records' values as of
+the grant: they commit in the write that grants). The rest are read once the lock is
+held. So an agent that reads a record under the lock and writes it back with its release
+costs one write per turn, and no read.
+
 Round trips. The commit loop's read-then-write costs two; the common paths here cost
 one write each, and fall back to the commit loop when a guess was wrong:
 
@@ -64,11 +71,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrooms.commit import Change, View
@@ -99,6 +107,7 @@ EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks agai
 SEEN = 4096  # locks per store handle whose state this process remembers
 LINE = 16  # waiters behind the new holder that a handoff event names, in order
 NAMED_READ = 2  # named waiters read at once while looking for the first still in line
+READ = 64  # records a grant may come with (``read=``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +119,8 @@ class Lock:
     fence: int
     expires_at: float  # store clock
     ttl: float
+    # what ``read=`` asked for: each record's value as of the grant (absent: left out)
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
@@ -168,6 +179,29 @@ def _check_ttl(ttl: object, what: str = "a lock ttl") -> float:
     return float(ttl)
 
 
+def _check_read(read: object) -> tuple[str, ...]:
+    if isinstance(read, str | bytes) or not isinstance(read, Sequence):
+        raise BadRequest(f"read must be a list of record keys, got {read!r}")
+    wanted = tuple(dict.fromkeys(read))
+    if len(wanted) > READ or not all(isinstance(k, str) and k for k in wanted):
+        raise BadRequest(f"read must name at most {READ} record keys (non-empty strings)")
+    return wanted
+
+
+def _handed(writes: Sequence[Write], wanted: object) -> dict[str, Any]:
+    """The values a handoff passes on with the grant: of the releaser's writes, the puts
+    (without expiry) of records the new holder asked for. As of the grant, they are those
+    records' values: they commit in the write that grants."""
+    if not wanted:
+        return {}
+    asked = set(wanted) if isinstance(wanted, list) else set()
+    handed = {
+        w.key: w.value for w in writes if isinstance(w, Put) and w.ttl is None and w.key in asked
+    }
+    # as they are now: the event reaches this process's waiters without being encoded
+    return copy.deepcopy(handed)
+
+
 def _holder(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
     return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
 
@@ -220,12 +254,39 @@ class Locks:
     # ----------------------------------------------------------------------- taking
 
     async def try_acquire(
-        self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, _token: str | None = None
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        read: Sequence[str] = (),
+        _token: str | None = None,
     ) -> Lock:
-        """Take the lock now or raise ``LockHeld`` naming the holder."""
+        """Take the lock now or raise ``LockHeld`` naming the holder. ``read``: records
+        the grant comes with (:meth:`wait_acquire`)."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
-        return await self._take(name, owner, _check_ttl(ttl), _token or uuid.uuid4().hex)
+        wanted = _check_read(read)
+        lock = await self._take(name, owner, _check_ttl(ttl), _token or uuid.uuid4().hex)
+        return await self._with_values(lock, wanted)
+
+    async def _with_values(self, lock: Lock, wanted: tuple[str, ...]) -> Lock:
+        """``lock`` with the values of the records ``wanted``: those its handoff passed
+        on (``lock.values``), the rest read now, while we hold it. If that read fails,
+        the lock is released (best effort) rather than left held by nobody who knows."""
+        if not wanted:
+            return replace(lock, values={}) if lock.values else lock
+        values = {k: lock.values[k] for k in wanted if k in lock.values}
+        missing = [k for k in wanted if k not in values]
+        if missing:
+            try:
+                snap = await self._scope.read(missing)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.release(lock))
+                raise
+            values.update((r.key, r.value) for r in map(snap.get, missing) if r is not None)
+        return replace(lock, values={k: values[k] for k in wanted if k in values})
 
     async def _take(self, name: str, owner: str, ttl: float, token: str) -> Lock:
         """Take the lock if it is free, else ``LockHeld``: one write when this process
@@ -289,14 +350,17 @@ class Locks:
         ttl: float = DEFAULT_TTL,
         tries: int = 5,
         step: float = 0.15,
+        read: Sequence[str] = (),
     ) -> Lock:
         """Try ``tries`` times, waiting ``step``, ``2*step``, ``3*step``... between
-        tries (seed 000's bounded backoff), then raise ``LockHeld``."""
+        tries (seed 000's bounded backoff), then raise ``LockHeld``. ``read``: records
+        the grant comes with (:meth:`wait_acquire`)."""
         if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
             raise BadRequest("tries must be a positive integer")
+        _check_read(read)
         for attempt in range(1, tries + 1):
             try:
-                return await self.try_acquire(name, owner, ttl=ttl)
+                return await self.try_acquire(name, owner, ttl=ttl, read=read)
             except LockHeld:
                 if attempt == tries:
                     raise
@@ -306,27 +370,48 @@ class Locks:
     # ---------------------------------------------------------------------- queuing
 
     async def wait_acquire(
-        self, name: str, owner: str, *, ttl: float = DEFAULT_TTL, timeout: float = 30.0
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        timeout: float = 30.0,
+        read: Sequence[str] = (),
     ) -> Lock:
         """Queue for the lock (FIFO) and wait up to ``timeout`` seconds for it to be
-        handed over; ``LockHeld`` if it was not."""
+        handed over; ``LockHeld`` if it was not.
+
+        ``read``: record keys (at most :data:`READ`) whose values the grant comes with,
+        in ``lock.values`` (an absent record is left out), as of the grant. A record
+        that the previous holder wrote in the release that handed the lock over
+        (``release(lock, writes=...)`` or ``requeue``: a put without expiry) comes in
+        that write's handoff, with no read; the others are read once the lock is ours.
+        Values only: a write under the lock is fenced by the grant (:meth:`Lock.guard`),
+        not by the records' versions."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
         ttl = _check_ttl(ttl)
         deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
+        wanted = _check_read(read)
         token = uuid.uuid4().hex
         seen = self._seen_of(name)
         if seen is None or not seen.held:
             with contextlib.suppress(LockHeld):
-                return await self._take(name, owner, ttl, token)
+                return await self._with_values(await self._take(name, owner, ttl, token), wanted)
 
         async def join(entry: dict[str, Any], queued: str) -> Lock | int:
             return await self._join(name, owner, ttl, token, entry, queued)
 
-        return await self._queue(name, owner, ttl, token, deadline, join)
+        lock = await self._queue(name, owner, ttl, token, deadline, join, wanted=wanted)
+        return await self._with_values(lock, wanted)
 
     async def requeue(
-        self, lock: Lock, *, writes: Sequence[Write] = (), timeout: float = 30.0
+        self,
+        lock: Lock,
+        *,
+        writes: Sequence[Write] = (),
+        timeout: float = 30.0,
+        read: Sequence[str] = (),
     ) -> Lock:
         """Release ``lock`` and get back in line for it: what ``release`` then
         ``wait_acquire`` do, for an agent that takes a lock turn after turn, but when
@@ -343,9 +428,11 @@ class Locks:
 
         If ``lock`` had expired or changed hands: ``StaleFence`` with ``writes``
         (nothing is written, the caller is not in line), else the caller queues as
-        ``wait_acquire`` would."""
+        ``wait_acquire`` would. ``read``: records the next grant comes with, as with
+        ``wait_acquire``."""
         writes = list(writes)
         deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
+        wanted = _check_read(read)
         name, owner, ttl = lock.name, lock.owner, lock.ttl
         seen = self._seen_of(name)
         if seen is not None and seen.fence == lock.fence and seen.mark is not None:
@@ -353,7 +440,7 @@ class Locks:
             # ready to wait (and if someone joined, the release hands the lock over)
             await self.release(lock, writes=writes)
             left = max(deadline - time.monotonic(), 0.001)
-            return await self.wait_acquire(name, owner, ttl=ttl, timeout=left)
+            return await self.wait_acquire(name, owner, ttl=ttl, timeout=left, read=wanted)
         token = uuid.uuid4().hex
 
         async def join(entry: dict[str, Any], queued: str) -> Lock | int:
@@ -374,7 +461,8 @@ class Locks:
         # this one hands over first and subscribes after, then reads the lock once for
         # what it may have missed in between.
         early = not following(self._scope.store, self._scope.room)
-        return await self._queue(name, owner, ttl, token, deadline, join, early)
+        mine = await self._queue(name, owner, ttl, token, deadline, join, early, wanted)
+        return await self._with_values(mine, wanted)
 
     async def _queue(
         self,
@@ -385,14 +473,18 @@ class Locks:
         deadline: float,
         join: Callable[[dict[str, Any], str], Awaitable[Lock | int]],
         early: bool = False,
+        wanted: tuple[str, ...] = (),
     ) -> Lock:
         """Get in line by ``join`` (the lock, or our ticket), then wait our turn. The
         subscription to the room's log comes first, so every release after the join
-        wakes us; with ``early``, it comes after the join, and the lock is read once."""
+        wakes us; with ``early``, it comes after the join, and the lock is read once.
+        ``wanted``: records we ask a handoff to pass on (the grant's ``values``)."""
         # The waiter's public name, in its entry's key and in handoff events: not its
         # token, which proves the grant.
         waiter = uuid.uuid4().hex
         entry: dict[str, Any] = {"owner": owner, "token": token, "ttl": ttl, "waiter": waiter}
+        if wanted:
+            entry["read"] = list(wanted)
         queued = keys.lock_waiter(name, waiter)
         joined = await join(entry, queued) if early else None
         if isinstance(joined, Lock):
@@ -470,6 +562,8 @@ class Locks:
                     # the store's clock (no need to read the lock back)
                     holder = _holder(owner, token, event.data["fence"], ttl)
                     lock = self._lock(name, holder, event.time + ttl)
+                    if handed := event.data.get("handed"):  # the event's is shared: copy
+                        lock = replace(lock, values=copy.deepcopy(handed))
                     line = self._look_up_line(name, _named(event.data.get("line")))
                     self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
                     return lock
@@ -636,6 +730,8 @@ class Locks:
             "waiter": nxt.get("waiter"),
             "line": list(line.behind[:LINE]),
         }
+        if handed := _handed(writes, nxt.get("read")):
+            data["handed"] = handed
         # Rejoining, the releaser's entry goes in last: its ticket (the version this
         # write gives it) is later than every waiter's in line.
         back = [] if rejoin is None else [Put(rejoin[1], rejoin[0], ttl=WAITER_TTL)]
@@ -743,13 +839,15 @@ class Locks:
         tries: int = 5,
         step: float = 0.15,
         queue_timeout: float | None = None,
+        read: Sequence[str] = (),
     ) -> AsyncIterator[Lock]:
         """``async with locks.hold("plan", me) as lock:`` — released even if the body
-        raises. With ``queue_timeout`` it queues (``wait_acquire``) instead of polling."""
+        raises. With ``queue_timeout`` it queues (``wait_acquire``) instead of polling.
+        ``read``: records the grant comes with (:meth:`wait_acquire`)."""
         if queue_timeout is None:
-            lock = await self.acquire(name, owner, ttl=ttl, tries=tries, step=step)
+            lock = await self.acquire(name, owner, ttl=ttl, tries=tries, step=step, read=read)
         else:
-            lock = await self.wait_acquire(name, owner, ttl=ttl, timeout=queue_timeout)
+            lock = await self.wait_acquire(name, owner, ttl=ttl, timeout=queue_timeout, read=read)
         try:
             yield lock
         finally:
