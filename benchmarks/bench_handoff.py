@@ -5,7 +5,9 @@ in another process, on each backend, beside python-redis-lock on Redis.
 times, holding it 1 ms. Ours queue (``wait_acquire``); a waiter in another process
 learns of its handoff from the room's log (Redis: a blocking read; PostgreSQL:
 ``LISTEN``/``NOTIFY``; SQLite: the store thread's poll for other processes' commits).
-python-redis-lock's agents are threads, woken by ``BLPOP``. A warm-up round per process
+python-redis-lock's agents are threads, woken by ``BLPOP``. Ours run on
+:mod:`agentrooms.bench.loop` (asyncio with timer waits to the microsecond, so a 1 ms
+hold lasts as long as a thread's ``time.sleep``). A warm-up round per process
 first, so process start-up is not timed. Reports acquisitions/s (median over
 ``--repeat``) and the ratio to python-redis-lock. Ours run twice: agents that
 ``release`` and then queue again (``locks.hold``), and agents that pass the lock on with
@@ -31,6 +33,7 @@ from typing import Any
 
 from common import REDIS_URL, machine, store_url, unique
 
+from agentrooms.bench import loop as bench_loop
 from agentrooms.rooms import Rooms
 from agentrooms.store import open_store
 
@@ -67,7 +70,7 @@ def ours(url: str, room: str, requeue: bool, proc: int, agents: int, rounds: int
             await store.close()
         return taken
 
-    return asyncio.run(run())
+    return bench_loop.run(run())  # timer waits to the microsecond, as a thread's
 
 
 def peer(key: str, proc: int, agents: int, rounds: int) -> int:

@@ -502,6 +502,7 @@ def bench(
     finished cells. Then summary.md, summary.csv and plots/*.png.
     """
     from agentrooms.bench import HIDDEN, POLICIES, Settings, run_bench
+    from agentrooms.bench import loop as bench_loop
 
     if url is not None and backends is not None:
         raise typer.BadParameter("give --url or --backends, not both")
@@ -533,7 +534,7 @@ def bench(
         quick=quick,
     )
     names = None if backends is None else [b.strip() for b in backends.split(",") if b.strip()]
-    code = asyncio.run(
+    code = bench_loop.run(
         run_bench(
             settings, out, backends=names, url=url, console=console, verbose=verbose, plots=plots
         )

@@ -9,6 +9,7 @@ raw client's at the same backend, think time and writer count.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import os
@@ -75,7 +76,19 @@ def machine() -> dict[str, Any]:
         "sqlite_library": sqlite3.sqlite_version,
         "packages": versions,
         "note": "one client process, one asyncio event loop; store servers on this machine",
+        "event_loop": _selector(),
     }
+
+
+def _selector() -> str | None:
+    """The running event loop's selector (``PreciseEpollSelector``: timer waits to the
+    microsecond, :mod:`agentrooms.bench.loop`), if any."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    selector = getattr(loop, "_selector", None)
+    return type(loop).__name__ if selector is None else type(selector).__name__
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -249,7 +262,9 @@ def markdown(report: Report, meta: dict[str, Any], plots: list[Path]) -> str:
         "",
         f"Machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, "
         f"{m.get('os')}, Python {m.get('python')}, SQLite {m.get('sqlite_library')}. "
-        f"{m.get('note', '')}.",
+        f"{m.get('note', '')}"
+        + (f" (selector: {m['event_loop']})" if m.get("event_loop") else "")
+        + ".",
         "",
         "Versions: "
         + ", ".join(f"{k} {v}" for k, v in (m.get("packages") or {}).items() if v is not None)
