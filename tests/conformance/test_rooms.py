@@ -588,7 +588,14 @@ async def test_a_grant_comes_with_the_records_it_asked_for(store: Store) -> None
     b3 = await handed(b_again, "B", c.fence + 1)  # B asked again with its requeue
     assert b3.values == {"report": {"v": 4}}
     assert reads_of("report") == reported  # both came with their handoffs
-    assert await room.locks.release(b3)
+    d_waits = asyncio.create_task(
+        room.locks.wait_acquire("plan", "D", timeout=20, read=["report", "notes"])
+    )
+    await in_line(store, room.name, 1)
+    assert await room.locks.release(b3, writes=[Delete("report"), Put("notes", "n3", ttl=60)])
+    d = await handed(d_waits, "D", b3.fence + 1)
+    assert d.values == {"notes": "n3"}  # read: the release deleted one, put one to expire
+    assert await room.locks.release(d)
 
     # the handoff event carries the values asked for (only those), in the room's log
     handoffs = [e for e in await room.events.read(0, 100) if e.type == "lock.handoff"]
@@ -596,11 +603,12 @@ async def test_a_grant_comes_with_the_records_it_asked_for(store: Store) -> None
         {"report": {"v": 2}},
         {"report": {"v": 3}},
         {"report": {"v": 4}},
+        None,
     ]
     with pytest.raises(BadRequest):
-        await room.locks.wait_acquire("plan", "D", read="report")
+        await room.locks.wait_acquire("plan", "E", read="report")
     with pytest.raises(BadRequest):
-        await room.locks.try_acquire("plan", "D", read=[""])
+        await room.locks.try_acquire("plan", "E", read=[""])
     assert await room.locks.holder("plan") is None
 
 
