@@ -17,7 +17,7 @@ the naive loop: no backoff, no turns.
 
     python3 dev.py bench commit [--writers 1,2,4,8,16,32,64] [--duration 2]
         [--repetitions 1] [--backends sqlite,redis,postgres]
-        [--policies none,exponential,full,...] [--plot BENCHMARKS-commit.png]
+        [--policies none,exponential,full,...] [--plot BENCHMARKS-commit.png] [--base 2]
 
 With ``--repetitions R`` the writer sweep runs R times back to back; the goal figures
 (goodput at the most writers against the peak, jitter against exponential) are computed
@@ -330,7 +330,15 @@ async def main() -> None:
         default="none,exponential,full,decorrelated,exponential-noturns,full-noturns",
     )
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--base",
+        type=float,
+        default=2.0,
+        help="the backoffs' base delay in ms (the library's default: 2)",
+    )
     args = parser.parse_args()
+    global BASE
+    BASE = args.base / 1000
     writers = [int(n) for n in args.writers.split(",")]
     policies = args.policies.split(",")
     cells: list[Cell] = []
@@ -342,7 +350,10 @@ async def main() -> None:
                     cells += await bench_backend(
                         backend, url, writers, policies, args.duration, bursts, rep
                     )
-    print(f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell\n")
+    print(
+        f"\n# commit on one record: backoff policies\n\n{machine()}; {args.duration}s per cell; "
+        f"backoff base {args.base:g} ms, cap {CAP * 1000:g} ms\n"
+    )
     print(table(cells))
     print()
     print(goals(cells))
