@@ -19,7 +19,17 @@ from agentrooms.errors import (
 )
 from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, NoBackoff, RetryPolicy
-from agentrooms.store import Append, Compare, FenceAtMost, Put, Store, TransactResult, VersionIs
+from agentrooms.store import (
+    Append,
+    Compare,
+    FenceAtMost,
+    Put,
+    Record,
+    Snapshot,
+    Store,
+    TransactResult,
+    VersionIs,
+)
 from tests.conftest import Backend
 from tests.helpers import Interposed
 
@@ -52,6 +62,33 @@ async def test_concurrent_agents_lose_no_update(backend: Backend, room: str) -> 
     assert metrics.snapshot()["commits"]["ok"] == 40
     for s in set(stores):
         await s.close()
+
+
+async def test_a_guess_saves_the_read_and_a_wrong_one_never_commits(
+    store: Store, room: str
+) -> None:
+    """``guess``: the first attempt computes from the given snapshot instead of a read.
+    Right, the commit is one write; wrong, its write fails the compare on the version
+    it guessed, and the loop re-reads and recomputes from the store's state."""
+    counting = Interposed(store)
+    first = await commit(counting, room, increment, 5, keys=["counter"], policy=FAST)
+    version = first.versions["counter"]
+    right = Snapshot({"counter": Record("counter", 5, version)}, 0.0)
+    calls, reads = counting.calls, counting.reads
+    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=right)
+    assert (done.result, done.attempts, done.transitions) == (6, 1, 1)
+    assert (counting.calls - calls, counting.reads - reads) == (1, 0)
+
+    stale = Snapshot({"counter": Record("counter", 5, version)}, 0.0)  # 6 is stored now
+    calls, reads = counting.calls, counting.reads
+    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=stale)
+    assert (done.result, done.attempts, done.transitions) == (7, 2, 2)  # 6 was never written
+    assert (counting.calls - calls, counting.reads - reads) == (2, 1)
+    absent = Snapshot({}, 0.0)  # a key the guess lacks counts as absent
+    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=absent)
+    assert (done.result, done.attempts) == (8, 2)
+    assert (await store.read(room, ["counter"])).value("counter") == 8
+    assert [e.data for e in await store.read_log(room, 0, 100)] == [5, 1, 1, 1]
 
 
 async def test_writers_of_one_process_take_turns_on_a_hot_key(store: Store, room: str) -> None:
