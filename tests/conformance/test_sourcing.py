@@ -79,19 +79,44 @@ async def test_append_and_load(store: Store, room: str) -> None:
 
 
 async def test_an_append_does_not_replay_the_stream(store: Store, room: str) -> None:
-    """After its own append an Aggregates appends again with one read and one write,
-    folding what another process appended meanwhile from that same read."""
+    """After its own append an Aggregates appends again with one write and no read
+    while nobody else appends; after another process appended, its write fails its
+    compare, and it folds what the other appended from one read."""
     counting = Interposed(store)
     tasks = Aggregates(counting, room, w.TASK)
     await seed_task(tasks, "t1", 40)
-    calls, reads, scans = counting.calls, counting.reads, counting.scans
+
+    def spent(before: tuple[int, int, int]) -> tuple[int, int, int]:
+        now = counting.calls, counting.reads, counting.scans
+        return now[0] - before[0], now[1] - before[1], now[2] - before[2]
+
+    before = counting.calls, counting.reads, counting.scans
     done = await tasks.append("t1", [w.noted("x")])
-    assert (counting.calls - calls, counting.reads - reads, counting.scans - scans) == (1, 1, 0)
+    assert spent(before) == (1, 0, 0)
     other = Aggregates(store, room, w.TASK)  # another process
     await other.append("t1", [w.noted("y"), priority(2, "theirs")])
-    after = await tasks.append("t1", [w.noted("z")], expected_version=done.version + 2)
+    before = counting.calls, counting.reads, counting.scans
+    after = await tasks.append("t1", [w.noted("z")])
+    # the guess's write failed; a read, and one more per event the other appended (each
+    # re-read with the ones before it, so all are compared); the write
+    assert spent(before) == (2, 3, 0)
+    assert after.version == done.version + 3
     assert after.state == (await tasks.load("t1", snapshots=False)).state
     assert after.state["notes"][-3:] == ["x", "y", "z"]
+
+    await other.append("t1", [w.noted("w")])
+    # expecting another version than it remembers: it reads (and the event it missed),
+    # it does not guess
+    before = counting.calls, counting.reads, counting.scans
+    last = await tasks.append("t1", [w.noted("v")], expected_version=after.version + 1)
+    assert spent(before) == (1, 2, 0)
+    assert last.state is not None and last.state["notes"][-2:] == ["w", "v"]
+    # expecting the version it remembers after someone appended: a conflict, no write
+    await other.append("t1", [w.noted("u")])
+    with pytest.raises(VersionConflict):
+        await tasks.append("t1", [w.noted("late")], expected_version=last.version)
+    loaded = await tasks.load("t1", snapshots=False)
+    assert loaded.version == last.version + 1 and loaded.state["notes"][-1] == "u"
 
 
 async def test_what_an_aggregates_remembers_is_not_the_callers_nor_a_deleted_rooms(

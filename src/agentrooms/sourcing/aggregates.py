@@ -24,14 +24,17 @@ one aggregate in a room and guarantees:
   ``InvalidTransition`` rather than being folded wrongly or skipped.
 * Events the fold rejects (by raising ``InvalidTransition``) are never stored: an
   append folds its new events before it writes them.
-* **An append does not replay the stream.** An :class:`Aggregates` remembers, for the
-  streams it appended to last (up to ``KNOWN``), the state after its own append and the
-  store version of that last event's record. The next append reads the head and that
-  record in its one snapshot read: the same record (versions are never reused) means
-  the same history, and events others appended since are folded from the same view
-  (their versions compared too). Anything else (the record gone or rewritten: the room
-  was deleted) drops what it remembered and loads the stream as a first append does. A
-  fold must be pure (it already must: a retried append folds again), and the state is
+* **An append does not replay the stream, nor read it when nobody else wrote.** An
+  :class:`Aggregates` remembers, for the streams it appended to last (up to ``KNOWN``),
+  the state after its own append and the store versions of the head record and of that
+  last event's record. The next append computes from that, without reading (the commit
+  loop's ``guess``): its write compares the head and that record at those versions, so
+  it commits only if nobody appended since and the history is the same one (versions
+  are never reused). If someone did, the compare fails and the append reads the head
+  and that record: events others appended since are folded from the same view (their
+  versions compared too). Anything else (the record gone or rewritten: the room was
+  deleted) drops what it remembered and loads the stream as a first append does. A fold
+  must be pure (it already must: a retried append folds again), and the state is
   remembered as a deep copy, so a caller changing the ``state`` it was handed changes
   nothing here.
 """
@@ -39,6 +42,7 @@ one aggregate in a room and guarantees:
 from __future__ import annotations
 
 import copy
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +56,17 @@ from agentrooms.rooms.keys import check_name as check_id
 from agentrooms.sourcing import keys
 from agentrooms.sourcing.events import DomainEvent, Recorded
 from agentrooms.sourcing.fold import Aggregate
-from agentrooms.store.base import JSON, Absent, Append, Put, Store, Write, encode_json
+from agentrooms.store.base import (
+    JSON,
+    Absent,
+    Append,
+    Put,
+    Record,
+    Snapshot,
+    Store,
+    Write,
+    encode_json,
+)
 
 __all__ = ["MAX_APPEND", "Aggregates", "Appended", "Loaded"]
 
@@ -114,11 +128,13 @@ class _Folded(Generic[S]):
 @dataclass(frozen=True)
 class _Known(Generic[S]):
     """A stream as this process's last append left it: ``state`` at ``version``, whose
-    event record had store version ``anchor``."""
+    event record had store version ``anchor``, and the head record store version
+    ``head``."""
 
     state: S
     version: int
     anchor: int
+    head: int
 
 
 class _Forgotten(Exception):
@@ -283,6 +299,16 @@ class Aggregates(Generic[S]):
             anchor = (keys.event(agg.name, id, known.version), known.anchor)
         head_key = keys.head(agg.name, id)
         after: list[Any] = []
+        # Nobody else appended since our last append, most likely: compute from what we
+        # wrote, without reading (the write compares it). Not when the caller expects
+        # another version: only a read can tell whether the stream has moved there.
+        guess = None
+        if known is not None and anchor is not None and expected in (None, known.version):
+            records = {
+                head_key: Record(head_key, {"version": known.version}, known.head),
+                anchor[0]: Record(anchor[0], None, anchor[1]),  # its value is not read
+            }
+            guess = Snapshot(records, time.time())
 
         def transition(view: View, cmd: C) -> Change:
             if anchor is not None and view.version(anchor[0]) != anchor[1]:
@@ -309,6 +335,7 @@ class Aggregates(Generic[S]):
                 command,
                 keys=[head_key, *([anchor[0]] if anchor else [])],
                 command_id=command_id,
+                guess=guess,
                 **self._options(),
             )
         except _Forgotten:
@@ -316,8 +343,10 @@ class Aggregates(Generic[S]):
         outcome = done.result
         if not done.replayed and outcome["count"]:
             last = keys.event(agg.name, id, outcome["version"])
+            versions = done.versions
+            state = copy.deepcopy(after[0])
             self._remember(
-                id, _Known(copy.deepcopy(after[0]), outcome["version"], done.versions[last])
+                id, _Known(state, outcome["version"], versions[last], versions[head_key])
             )
         return Appended(
             id,
