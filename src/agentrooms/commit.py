@@ -94,10 +94,10 @@ DEFAULT_RETENTION = 24 * 3600.0
 
 
 class _Unread(Exception):
-    """The transition asked for a key outside the read set: re-read with it."""
+    """The transition asked for keys outside the read set: re-read with them."""
 
-    def __init__(self, key: str) -> None:
-        self.key = key
+    def __init__(self, *keys: str) -> None:
+        self.keys = keys
 
 
 class View:
@@ -123,6 +123,13 @@ class View:
         if key not in self._keys:
             raise _Unread(key)
         return self._snapshot.get(key)
+
+    def need(self, keys: Iterable[str]) -> None:
+        """Declare keys about to be read: any outside the read set are read together, in
+        one re-read (where reading them one by one would cost a re-read each)."""
+        missing = [k for k in dict.fromkeys(keys) if k not in self._keys]
+        if missing:
+            raise _Unread(*missing)
 
     def get(self, key: str, default: JSON = None) -> JSON:
         record = self.record(key)
@@ -370,7 +377,7 @@ async def _attempt(
         try:
             change = transition(view, event)
         except _Unread as need:
-            read_keys.append(need.key)
+            read_keys.extend(need.keys)
             continue
         except InvalidTransition:
             m.count("invalid_transition")

@@ -241,6 +241,23 @@ async def test_reading_an_undeclared_key_adds_it_to_the_compares(store: Store, r
     assert [type(c).__name__ for c in wrapped.sent[0]] == ["VersionIs"]
 
 
+async def test_keys_a_transition_needs_are_read_together(store: Store, room: str) -> None:
+    """``view.need(keys)``: the undeclared ones come in one re-read, not one each, and
+    all are compared in the write."""
+    await store.transact(room, writes=[Put("a", 1), Put("b", 2)])
+    wrapped = Interposed(store)
+
+    def total(view: View, _: None) -> Change:
+        view.need(["a", "b", "c"])
+        return Change(writes=[Put("sum", sum(view.get(k, 0) for k in ("a", "b", "c")))])
+
+    result = await commit(wrapped, room, total, None)
+    assert (result.transitions, result.attempts, wrapped.reads) == (2, 1, 2)
+    assert wrapped.read_keys[1] == ["a", "b", "c"]
+    assert sorted(type(c).__name__ for c in wrapped.sent[0]) == ["Absent", "VersionIs", "VersionIs"]
+    assert (await store.read(room, ["sum"])).value("sum") == 3
+
+
 async def test_stale_fence_is_not_retried(store: Store, room: str) -> None:
     await store.transact(room, writes=[Put("task", {"fence": 9})])
     wrapped = Interposed(store)

@@ -272,6 +272,10 @@ class Aggregates(Generic[S]):
         m = _head_version(view.get(keys.head(agg.name, id)))
         if m < folded.version:
             folded.reset()  # the room was deleted since the load
+        # the events we missed, read in one re-read (at most a page of them: a longer
+        # gap costs one re-read per page)
+        end = min(m, folded.version + self.page)
+        view.need(keys.event(agg.name, id, n) for n in range(folded.version + 1, end + 1))
         while folded.version < m:
             stored = view.get(keys.event(agg.name, id, folded.version + 1))
             if stored is None:
