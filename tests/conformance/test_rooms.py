@@ -23,10 +23,11 @@ from agentrooms.errors import (
     NotFound,
     PayloadTooLarge,
     StaleFence,
+    StoreUnavailable,
     VersionConflict,
 )
 from agentrooms.rooms import Lock, Room, Rooms, TaskSpec
-from agentrooms.store import Delete, Event, Put, Store
+from agentrooms.store import Delete, Event, Put, Snapshot, Store
 from agentrooms.store.wrap import Forwarding
 from tests.conftest import Backend
 from tests.helpers import Interposed, in_line
@@ -628,6 +629,25 @@ async def test_handed_values_reach_a_waiter_through_the_log(store: Store) -> Non
     assert b.values == {"report": {"rows": [1, 2], "n": None}}
     assert not any("report" in keys for keys in counting.read_keys)
     assert await other.locks.release(b)
+
+
+async def test_a_grant_whose_read_fails_is_released(store: Store) -> None:
+    """If reading the records a grant should come with fails, the caller gets the error
+    and the lock is released, not left held by nobody who knows it."""
+
+    class FailingReads(Forwarding):
+        async def _read(self, room: str, keys: list[str]) -> Snapshot:
+            if "report" in keys:
+                raise StoreUnavailable("connection reset")
+            return await self.inner._read(room, keys)
+
+    room = await Rooms(FailingReads(store)).create(f"readfail-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(StoreUnavailable):
+        await room.locks.try_acquire("plan", "A", read=["report"])
+    assert await room.locks.holder("plan") is None
+    b = await room.locks.try_acquire("plan", "B")  # free at once, not after a ttl
+    assert b.owner == "B"
+    assert await room.locks.release(b)
 
 
 async def test_handed_values_belong_to_the_new_holder(room: Room) -> None:
