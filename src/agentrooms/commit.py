@@ -316,6 +316,7 @@ async def commit(
                     if hot:
                         await turns.take(stack, hot)
                         held = True
+                        guess = None  # others of this process write these keys: unreliable
                 result = await _attempt(store, room, transition, event, read_keys, ctx, guess)
                 guess = None
                 if result is not None:
