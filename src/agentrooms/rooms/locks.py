@@ -387,7 +387,8 @@ class Locks:
         (``release(lock, writes=...)`` or ``requeue``: a put without expiry) comes in
         that write's handoff, with no read; the others are read once the lock is ours.
         Values only: a write under the lock is fenced by the grant (:meth:`Lock.guard`),
-        not by the records' versions."""
+        not by the records' versions. The handed values are in the room's log, readable
+        by anyone who may read its events: ask only for records you would put there."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
         ttl = _check_ttl(ttl)
