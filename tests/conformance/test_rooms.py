@@ -573,18 +573,18 @@ async def test_a_grant_comes_with_the_records_it_asked_for(store: Store) -> None
     # report came with the handoff; notes, which the release did not write, was read
     assert (reads_of("report"), reads_of("notes")) == (before[0], before[1] + 1)
 
-    c_waits = asyncio.create_task(room.locks.requeue(b, writes=[], timeout=20, read=["report"]))
-    await asyncio.sleep(0)  # B is the only one in line: requeue takes the lock back
-    b2 = await asyncio.wait_for(c_waits, 10)
+    # nobody in line: B's requeue takes the lock back, free, and reads the report
+    b2 = await asyncio.wait_for(room.locks.requeue(b, timeout=20, read=["report"]), 10)
     assert b2.values == {"report": {"v": 2}} and b2.fence == b.fence + 1
     c_waits = asyncio.create_task(room.locks.wait_acquire("plan", "C", timeout=20, read=["report"]))
     await in_line(store, room.name, 1)
+    reported = reads_of("report")
     b_again = asyncio.create_task(
         room.locks.requeue(b2, writes=[Put("report", {"v": 3})], timeout=20, read=["report"])
     )
-    reported = reads_of("report")
     c = await handed(c_waits, "C", b2.fence + 1)
     assert c.values == {"report": {"v": 3}}
+    await in_line(store, room.name, 1)  # B, back in line (else it could take it free)
     assert await room.locks.release(c, writes=[Put("report", {"v": 4}), Delete("notes")])
     b3 = await handed(b_again, "B", c.fence + 1)  # B asked again with its requeue
     assert b3.values == {"report": {"v": 4}}
