@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import selectors
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,11 @@ def test_quick_on_sqlite(tmp_path: Path) -> None:
     raw = [c for c in finished if c["policy"] == "raw"]
     assert raw and "sqlite3" in str(raw[0]["extra"])
     assert (out / "plots" / "sqlite-think0ms.png").stat().st_size > 0
-    assert "sqlite" in json.loads((out / "meta.json").read_text())["stores"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert "sqlite" in meta["stores"]
+    if hasattr(selectors, "EpollSelector"):  # the benchmarks' loop, and the report says so
+        assert meta["machine"]["event_loop"] == "PreciseEpollSelector"
+        assert "(selector: PreciseEpollSelector)" in (out / "summary.md").read_text()
 
 
 def test_event_sourcing_peers_on_sqlite_with_one_and_several_writers(tmp_path: Path) -> None:
