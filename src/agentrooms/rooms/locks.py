@@ -198,7 +198,8 @@ def _handed(writes: Sequence[Write], wanted: object) -> dict[str, Any]:
     handed = {
         w.key: w.value for w in writes if isinstance(w, Put) and w.ttl is None and w.key in asked
     }
-    # as they are now: the event reaches this process's waiters without being encoded
+    # As they are now, and the grant's own: a waiter of this process is told the event
+    # without it being encoded (one read from the log decodes its own).
     return copy.deepcopy(handed)
 
 
@@ -275,7 +276,7 @@ class Locks:
         on (``lock.values``), the rest read now, while we hold it. If that read fails,
         the lock is released (best effort) rather than left held by nobody who knows."""
         if not wanted:
-            return replace(lock, values={}) if lock.values else lock
+            return lock  # (a handoff passes values on only to a waiter that asked)
         values = {k: lock.values[k] for k in wanted if k in lock.values}
         missing = [k for k in wanted if k not in values]
         if missing:
@@ -563,8 +564,8 @@ class Locks:
                     # the store's clock (no need to read the lock back)
                     holder = _holder(owner, token, event.data["fence"], ttl)
                     lock = self._lock(name, holder, event.time + ttl)
-                    if handed := event.data.get("handed"):  # the event's is shared: copy
-                        lock = replace(lock, values=copy.deepcopy(handed))
+                    if handed := event.data.get("handed"):  # the handoff's own copy
+                        lock = replace(lock, values=handed)
                     line = self._look_up_line(name, _named(event.data.get("line")))
                     self._saw(name, _Seen(True, lock.fence, time.monotonic() + ttl, line))
                     return lock
