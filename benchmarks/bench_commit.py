@@ -17,7 +17,8 @@ the naive loop: no backoff, no turns.
 
     python3 dev.py bench commit [--writers 1,2,4,8,16,32,64] [--duration 2]
         [--repetitions 1] [--backends sqlite,redis,postgres]
-        [--policies none,exponential,full,...] [--plot BENCHMARKS-commit.png] [--base 2]
+        [--policies none,exponential,full,...] [--plot BENCHMARKS-commit.png] [--base 32]
+        [--rounds 5]
 
 With ``--repetitions R`` the writer sweep runs R times back to back; the goal figures
 (goodput at the most writers against the peak, jitter against exponential) are computed
@@ -39,10 +40,19 @@ from common import machine, ms, store_url, unique
 
 from agentrooms.commit import Change, View, commit
 from agentrooms.errors import ContentionExhausted
-from agentrooms.retry import Backoff, Decorrelated, Exponential, FullJitter, NoBackoff, RetryPolicy
+from agentrooms.retry import (
+    DEFAULT_BASE,
+    Backoff,
+    Decorrelated,
+    Exponential,
+    FullJitter,
+    NoBackoff,
+    RetryPolicy,
+)
 from agentrooms.store import Put, Store, open_store
 
-BASE, CAP = 0.002, 0.25
+BASE, CAP = DEFAULT_BASE, 0.25  # the library's base (--base); a shorter cap than its 0.5 s
+ROUNDS = 5  # bursts per policy (--rounds)
 BACKOFFS: dict[str, Callable[[], Backoff]] = {
     "none": NoBackoff,
     "exponential": lambda: Exponential(BASE, CAP),
@@ -176,7 +186,7 @@ async def bench_backend(
     try:
         for policy in policies if rep == 0 else []:
             burst = Burst(name, policy, max(writers))
-            await run_burst(stores, burst, rounds=5)
+            await run_burst(stores, burst, rounds=ROUNDS)
             bursts.append(burst)
             print(
                 f"  {name:8} {policy:12} burst of {burst.writers}: "
@@ -203,7 +213,7 @@ async def bench_backend(
 
 def burst_table(bursts: list[Burst]) -> str:
     lines = [
-        "| backend | policy | writers | write attempts per writer (median of 5) | "
+        f"| backend | policy | writers | write attempts per writer (median of {ROUNDS}) | "
         "all done in ms (median) |",
         "|---|---|---:|---:|---:|",
     ]
@@ -331,14 +341,17 @@ async def main() -> None:
     )
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument(
+        "--rounds", type=int, default=5, help="bursts per policy (the median is reported)"
+    )
+    parser.add_argument(
         "--base",
         type=float,
-        default=2.0,
-        help="the backoffs' base delay in ms (the library's default: 2)",
+        default=DEFAULT_BASE * 1000,
+        help=f"the backoffs' base delay in ms (the library's default: {DEFAULT_BASE * 1000:g})",
     )
     args = parser.parse_args()
-    global BASE
-    BASE = args.base / 1000
+    global BASE, ROUNDS
+    BASE, ROUNDS = args.base / 1000, args.rounds
     writers = [int(n) for n in args.writers.split(",")]
     policies = args.policies.split(",")
     cells: list[Cell] = []

@@ -12,15 +12,18 @@ and Jitter": with ``exp = min(cap, base * 2**attempt)``
 Each is a pure function of the attempt number, the previous delay and a random source,
 so tests pass a seeded ``random.Random`` and check the exact delays.
 
-Choosing ``base``: a jittered window spreads the writers only once it is about as wide
-as all of them committing one after another (their number times one write's duration).
-From a 2 ms base (the default: a writer that conflicts once waits 1 ms on average) a
-herd of 64 independent writers on one record takes five or six doublings to get there;
-from 20 ms, two or three (BENCHMARKS.md section 2: 5.5 against 3.1 write attempts per
-writer on SQLite, 6.4 against 3.5 on PostgreSQL). Where many processes are expected to
-write one record at once, a larger base sends fewer writes; where conflicts are rare, a
-small one keeps them cheap. Writers of one process need neither: the commit loop's local
-turns queue them.
+Choosing ``base`` (default ``DEFAULT_BASE`` = 32 ms, cap 500 ms): a jittered window
+spreads contending writers only once it is about as wide as all of them committing one
+after another (their number times one write's duration, 0.2-0.7 ms on the stores here).
+From 32 ms a herd of 64 independent writers on one record gets there in one or two
+doublings, and full jitter needs about 3 write attempts per writer on every store; from
+2 ms (the default until session 11) it took five or six doublings and 5-6 attempts
+(BENCHMARKS.md section 2). What the larger base costs: a writer that conflicts waits
+16 ms on average instead of 1 ms, so contended commits have a longer tail (Redis p99 at
+64 writers 122 -> 263 ms at 25 ms base) while goodput and median latency stayed within
+the machine's noise. Where conflicts are rare and a millisecond matters, pass a smaller
+base (``FullJitter(base=0.002)``). Writers of one process need neither: the commit
+loop's local turns queue them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Protocol
 from agentrooms.errors import BadRequest
 
 __all__ = [
+    "DEFAULT_BASE",
+    "DEFAULT_CAP",
     "Backoff",
     "Decorrelated",
     "EqualJitter",
@@ -48,6 +53,15 @@ class Backoff(Protocol):
         ...
 
 
+DEFAULT_BASE = 0.032  # seconds: the first retry's window
+DEFAULT_CAP = 0.5  # seconds: no single delay is longer
+
+
+def _check(base: float, cap: float) -> None:
+    if not (base > 0 and cap >= base):  # also rejects NaN
+        raise BadRequest(f"a backoff needs 0 < base <= cap, not base={base!r}, cap={cap!r}")
+
+
 def _exp(base: float, cap: float, attempt: int) -> float:
     return min(cap, base * 2.0 ** min(attempt - 1, 60))
 
@@ -60,8 +74,11 @@ class NoBackoff:
 
 @dataclass(frozen=True, slots=True)
 class Exponential:
-    base: float = 0.002
-    cap: float = 0.5
+    base: float = DEFAULT_BASE
+    cap: float = DEFAULT_CAP
+
+    def __post_init__(self) -> None:
+        _check(self.base, self.cap)
 
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return _exp(self.base, self.cap, attempt)
@@ -69,8 +86,11 @@ class Exponential:
 
 @dataclass(frozen=True, slots=True)
 class FullJitter:
-    base: float = 0.002
-    cap: float = 0.5
+    base: float = DEFAULT_BASE
+    cap: float = DEFAULT_CAP
+
+    def __post_init__(self) -> None:
+        _check(self.base, self.cap)
 
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return rng.uniform(0, _exp(self.base, self.cap, attempt))
@@ -78,8 +98,11 @@ class FullJitter:
 
 @dataclass(frozen=True, slots=True)
 class EqualJitter:
-    base: float = 0.002
-    cap: float = 0.5
+    base: float = DEFAULT_BASE
+    cap: float = DEFAULT_CAP
+
+    def __post_init__(self) -> None:
+        _check(self.base, self.cap)
 
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         half = _exp(self.base, self.cap, attempt) / 2
@@ -88,8 +111,11 @@ class EqualJitter:
 
 @dataclass(frozen=True, slots=True)
 class Decorrelated:
-    base: float = 0.002
-    cap: float = 0.5
+    base: float = DEFAULT_BASE
+    cap: float = DEFAULT_CAP
+
+    def __post_init__(self) -> None:
+        _check(self.base, self.cap)
 
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return min(self.cap, rng.uniform(self.base, max(self.base, previous) * 3))

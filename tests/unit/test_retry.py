@@ -8,6 +8,8 @@ import pytest
 
 from agentrooms.errors import BadRequest
 from agentrooms.retry import (
+    DEFAULT_BASE,
+    DEFAULT_CAP,
     Decorrelated,
     EqualJitter,
     Exponential,
@@ -57,6 +59,22 @@ def test_decorrelated_grows_from_the_previous_delay_and_is_capped() -> None:
 
 def test_no_backoff() -> None:
     assert NoBackoff().delay(5, 1.0, random.Random()) == 0.0
+
+
+@pytest.mark.parametrize("kind", [Exponential, FullJitter, EqualJitter, Decorrelated])
+@pytest.mark.parametrize(
+    ("base", "cap"),
+    [(0.0, 1.0), (-0.01, 1.0), (0.1, 0.05), (float("nan"), 1.0), (0.01, float("nan"))],
+)
+def test_backoff_rejects_a_base_it_cannot_double(kind: type, base: float, cap: float) -> None:
+    with pytest.raises(BadRequest, match="0 < base <= cap"):
+        kind(base=base, cap=cap)
+
+
+def test_default_backoff_is_full_jitter_from_the_documented_base() -> None:
+    backoff = RetryPolicy().backoff
+    assert backoff == FullJitter(DEFAULT_BASE, DEFAULT_CAP)
+    assert (DEFAULT_BASE, DEFAULT_CAP) == (0.032, 0.5)  # BENCHMARKS.md section 2 measures these
 
 
 @pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"budget": 0}, {"budget": -1}])
