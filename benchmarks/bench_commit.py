@@ -318,6 +318,7 @@ def plot(cells: list[Cell], path: Path) -> None:
             axes[1][col].plot(xs, [c.per_commit(c.attempts) for c in row], marker="o", label=policy)
         axes[0][col].set_title(f"{backend}: goodput (commits/s)")
         axes[1][col].set_title(f"{backend}: write attempts per commit")
+        axes[1][col].set_yscale("log", base=2)
         for ax in (axes[0][col], axes[1][col]):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("writers on one record")

@@ -17,11 +17,11 @@ spreads contending writers only once it is about as wide as all of them committi
 after another (their number times one write's duration, 0.2-0.7 ms on the stores here).
 From 32 ms a herd of 64 independent writers on one record gets there in one or two
 doublings, and full jitter needs about 3 write attempts per writer on every store; from
-2 ms (the default until session 11) it took five or six doublings and 5-6 attempts
+2 ms (the default until 2026-11-30) it took five or six doublings and 5-6 attempts
 (BENCHMARKS.md section 2). What the larger base costs: a writer that conflicts waits
 16 ms on average instead of 1 ms, so contended commits have a longer tail (Redis p99 at
-64 writers 122 -> 263 ms at 25 ms base) while goodput and median latency stayed within
-the machine's noise. Where conflicts are rare and a millisecond matters, pass a smaller
+64 writers 122 -> 257 ms) while goodput and median latency stayed within the machine's
+noise. Where conflicts are rare and a millisecond matters, pass a smaller
 base (``FullJitter(base=0.002)``). Writers of one process need neither: the commit
 loop's local turns queue them.
 """
