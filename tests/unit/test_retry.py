@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,33 @@ def test_default_backoff_is_full_jitter_from_the_documented_base() -> None:
 def test_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(BadRequest):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_room_operations_keep_their_2ms_base_unless_the_room_has_a_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Room operations are settled by their re-read (rooms/scope.py), so they do not take
+    the commit loop's herd-sized default; a policy given to the rooms wins."""
+    from agentrooms.commit import commit as real
+    from agentrooms.rooms import Rooms
+    from agentrooms.rooms import scope as scope_module
+    from agentrooms.store import open_store
+
+    used: list[RetryPolicy] = []
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        used.append(kwargs["policy"])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(scope_module, "commit", spy)
+    store = await open_store("memory://")
+    try:
+        room = await Rooms(store).create("r")
+        used.clear()
+        await room.locks.try_acquire("l", "a")
+        mine = RetryPolicy(max_attempts=3)
+        await Rooms(store, policy=mine).room("r").locks.try_acquire("m", "b")
+    finally:
+        await store.close()
+    assert used == [scope_module.ROOM_POLICY, mine]
+    assert scope_module.ROOM_POLICY.backoff == FullJitter(base=0.002)

@@ -81,7 +81,6 @@ from typing import Any
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
-from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
 from agentrooms.rooms.follow import Subscription, follow, following, route, tell
 from agentrooms.rooms.scope import Scope
@@ -109,10 +108,6 @@ SEEN = 4096  # locks per store handle whose state this process remembers
 LINE = 16  # waiters behind the new holder that a handoff event names, in order
 NAMED_READ = 2  # named waiters read at once while looking for the first still in line
 READ = 64  # records a grant may come with (``read=``)
-# A take or a renewal that conflicts is settled by its re-read (the lock is held:
-# LockHeld; or free: take it), so it backs off briefly, not from the commit loop's
-# default base, which is sized for a herd recomputing one record (retry.py).
-SETTLE = RetryPolicy(backoff=FullJitter(base=0.002, cap=0.05))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,10 +333,7 @@ class Locks:
 
         try:
             done = await self._scope.commit(
-                take,
-                None,
-                [keys.lock(name), keys.lock_fence(name), *([queued] if queued else [])],
-                policy=self._scope.policy or SETTLE,
+                take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if queued else [])]
             )
         except LockHeld:
             self._saw(name, seen[0])
@@ -822,9 +814,7 @@ class Locks:
                 result=view.now + length,
             )
 
-        done = await self._scope.commit(
-            extend, None, [keys.lock(lock.name)], policy=self._scope.policy or SETTLE
-        )
+        done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         extended = self._lock(lock.name, holder, done.result)
         until = time.monotonic() + length
         seen = self._seen_of(lock.name)

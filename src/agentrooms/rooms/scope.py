@@ -6,6 +6,8 @@ room's ``_meta`` and ``_archived`` records with its snapshot, so their versions 
 compared like any other) or through :meth:`Scope.transact` (which compares
 ``Present(_meta)`` and ``Absent(_archived)``). Neither record changes in normal work, so
 the guard costs no conflicts, only two keys in the same round trip.
+
+Without a policy of the room's own, room operations retry with :data:`ROOM_POLICY`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 from agentrooms.commit import Change, CommitResult, Transition, View, commit
 from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
 from agentrooms.metrics import Metrics
-from agentrooms.retry import RetryPolicy
+from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
 from agentrooms.store.base import (
     Absent,
@@ -30,6 +32,13 @@ from agentrooms.store.base import (
 )
 
 E = TypeVar("E")
+
+# Room operations decide on their re-read: a claim, a lock take, a conditional document
+# write or a cursor move that conflicts mostly finds the task claimed, the lock held, the
+# version moved or the cursor ahead, and stops. They keep the 2 ms backoff base they were
+# measured with (BENCHMARKS.md section 3), not the commit loop's default, which is sized
+# for herds of writers recomputing one value (retry.py, BENCHMARKS.md section 2).
+ROOM_POLICY = RetryPolicy(backoff=FullJitter(base=0.002))
 
 
 class Scope:
@@ -86,7 +95,7 @@ class Scope:
             event,
             keys=[keys.META, keys.ARCHIVED, *record_keys],
             command_id=command_id,
-            policy=policy or self.policy,
+            policy=policy or self.policy or ROOM_POLICY,
             metrics=self.metrics,
             **options,
         )
