@@ -22,7 +22,8 @@ doublings, and full jitter needs about 3 write attempts per writer on every stor
 16 ms on average instead of 1 ms, so contended commits have a longer tail (Redis p99 at
 64 writers 122 -> 257 ms) while goodput and median latency stayed within the machine's
 noise. Where conflicts are rare and a millisecond matters, pass a smaller
-base (``FullJitter(base=0.002)``). Writers of one process need neither: the commit
+base (``FullJitter(base=0.002)``), as room operations do (``rooms.scope.ROOM_POLICY``:
+their re-read settles a conflict). Writers of one process need neither: the commit
 loop's local turns queue them.
 """
 
