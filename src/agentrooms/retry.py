@@ -58,11 +58,6 @@ DEFAULT_BASE = 0.032  # seconds: the first retry's window
 DEFAULT_CAP = 0.5  # seconds: no single delay is longer
 
 
-def _check(base: float, cap: float) -> None:
-    if not (base > 0 and cap >= base):  # also rejects NaN
-        raise BadRequest(f"a backoff needs 0 < base <= cap, not base={base!r}, cap={cap!r}")
-
-
 def _exp(base: float, cap: float, attempt: int) -> float:
     return min(cap, base * 2.0 ** min(attempt - 1, 60))
 
@@ -74,50 +69,40 @@ class NoBackoff:
 
 
 @dataclass(frozen=True, slots=True)
-class Exponential:
+class _Windowed:
+    """A backoff whose window starts at ``base`` seconds and never exceeds ``cap``."""
+
     base: float = DEFAULT_BASE
     cap: float = DEFAULT_CAP
 
     def __post_init__(self) -> None:
-        _check(self.base, self.cap)
+        if not (self.base > 0 and self.cap >= self.base):  # also rejects NaN
+            raise BadRequest(
+                f"a backoff needs 0 < base <= cap, not base={self.base!r}, cap={self.cap!r}"
+            )
 
+
+@dataclass(frozen=True, slots=True)
+class Exponential(_Windowed):
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return _exp(self.base, self.cap, attempt)
 
 
 @dataclass(frozen=True, slots=True)
-class FullJitter:
-    base: float = DEFAULT_BASE
-    cap: float = DEFAULT_CAP
-
-    def __post_init__(self) -> None:
-        _check(self.base, self.cap)
-
+class FullJitter(_Windowed):
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return rng.uniform(0, _exp(self.base, self.cap, attempt))
 
 
 @dataclass(frozen=True, slots=True)
-class EqualJitter:
-    base: float = DEFAULT_BASE
-    cap: float = DEFAULT_CAP
-
-    def __post_init__(self) -> None:
-        _check(self.base, self.cap)
-
+class EqualJitter(_Windowed):
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         half = _exp(self.base, self.cap, attempt) / 2
         return half + rng.uniform(0, half)
 
 
 @dataclass(frozen=True, slots=True)
-class Decorrelated:
-    base: float = DEFAULT_BASE
-    cap: float = DEFAULT_CAP
-
-    def __post_init__(self) -> None:
-        _check(self.base, self.cap)
-
+class Decorrelated(_Windowed):
     def delay(self, attempt: int, previous: float, rng: random.Random) -> float:
         return min(self.cap, rng.uniform(self.base, max(self.base, previous) * 3))
 
