@@ -1,7 +1,15 @@
 """The ``agentrooms`` command line: serve, inspect and operate a store.
 
 Every command takes ``--url`` (or ``AGENTROOMS_URL``); the default is the embedded SQLite
-store in ``./.agentrooms/agentrooms.db``.
+store at one absolute path per user, :func:`default_store`
+(``$XDG_DATA_HOME/agentrooms/agentrooms.db``, else ``~/.local/share/agentrooms/agentrooms.db``),
+so every working directory opens the same store.
+
+Output: whatever agents or users wrote (room names, descriptions, task titles, event
+data, error messages) is printed literally through :func:`literal`: never read as Rich
+markup or emoji codes, control characters shown as escapes. Results go to stdout;
+errors go to stderr as one line ``<error code>: <message>``, and the process exits with
+the code of the error's family (:data:`EXIT_CODES`, also in docs/surfaces.md).
 """
 
 from __future__ import annotations
@@ -9,21 +17,132 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
-from agentrooms.errors import AgentroomsError, VersionConflict
+from agentrooms.errors import (
+    AgentroomsError,
+    BadRequest,
+    ContentionExhausted,
+    CursorCompacted,
+    Held,
+    IdempotencyMismatch,
+    InvalidTransition,
+    NotFound,
+    RateLimited,
+    RequestError,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
 from agentrooms.rooms import Rooms
 from agentrooms.store import Append, Put, Store, VersionIs, open_store
 
-DEFAULT_URL = "sqlite:///.agentrooms/agentrooms.db"
 T = TypeVar("T")
+
+# ------------------------------------------------------------------------ exit codes
+
+EXIT_OK = 0  # the command did its job
+EXIT_FINDING = 1  # it ran, and reports a problem: doctor's unsafe settings, bench's lost update
+EXIT_USAGE = 2  # the command line or its input is wrong (click's usage errors too)
+EXIT_CRASHED = 3  # bench: a cell crashed (a rerun with the same --out retries it)
+EXIT_NOT_FOUND = 4  # no such room, task or token
+EXIT_REFUSED = 5  # the store's state refuses the command: conflict, held, stale, ...
+EXIT_UNAVAILABLE = 6  # the store cannot be opened, did not answer, or is busy: retry later
+
+EXIT_CODES: dict[type[AgentroomsError], int] = {
+    NotFound: EXIT_NOT_FOUND,
+    RequestError: EXIT_USAGE,  # bad_request, payload_too_large, unauthorized, forbidden
+    VersionConflict: EXIT_REFUSED,
+    StaleFence: EXIT_REFUSED,
+    InvalidTransition: EXIT_REFUSED,
+    IdempotencyMismatch: EXIT_REFUSED,
+    Held: EXIT_REFUSED,  # lease_held, lock_held
+    CursorCompacted: EXIT_REFUSED,
+    StoreUnavailable: EXIT_UNAVAILABLE,
+    RateLimited: EXIT_UNAVAILABLE,
+    ContentionExhausted: EXIT_UNAVAILABLE,
+}
+"""The exit code of each error family; a subclass takes its nearest listed ancestor's."""
+
+
+def exit_code(exc: AgentroomsError) -> int:
+    """The exit code for ``exc`` (:data:`EXIT_CODES`); ``LookupError`` for a kind the table
+    does not cover (a bug in the table, never a silent default)."""
+    for kind in type(exc).__mro__:
+        if kind in EXIT_CODES:
+            return EXIT_CODES[kind]
+    raise LookupError(f"no exit code for {type(exc).__name__}")
+
+
+# --------------------------------------------------------------------------- printing
+
+console = Console(markup=False, emoji=False, highlight=False)
+err_console = Console(stderr=True, markup=False, emoji=False, highlight=False)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def literal(value: object, style: str = "") -> Text:
+    """``str(value)`` as the characters to print: never markup or emoji codes, and every
+    control character but tab and newline shown as an escape (``\\x1b``), so that text an
+    agent wrote can neither vanish, crash the printer nor drive the terminal."""
+    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)), style=style)
+
+
+def say(*parts: str | Text) -> None:
+    """One line on stdout, unwrapped; ``str`` parts are printed literally."""
+    console.print(
+        Text.assemble(*(literal(p) if isinstance(p, str) else p for p in parts)), soft_wrap=True
+    )
+
+
+def fail(code: str, message: object, exit_with: int) -> NoReturn:
+    """Print ``<code>: <message>`` as one line on stderr and exit with ``exit_with``."""
+    err_console.print(Text.assemble(literal(code, "red"), ": ", literal(message)), soft_wrap=True)
+    raise typer.Exit(exit_with)
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+# ---------------------------------------------------------------------- default store
+
+
+def default_store() -> Path:
+    """The default store's file: ``$XDG_DATA_HOME/agentrooms/agentrooms.db`` where
+    ``XDG_DATA_HOME`` is an absolute path, else ``~/.local/share/agentrooms/agentrooms.db``
+    (the XDG base directory rule); ``RuntimeError`` if the home folder is unknown."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "agentrooms" / "agentrooms.db"
+
+
+def _default_url() -> str:
+    try:
+        return "sqlite:///" + quote(str(default_store()), safe="/")
+    except RuntimeError:  # no HOME and no password entry: there is no per-user folder
+        return NO_DEFAULT
+
+
+NO_DEFAULT = "(none: set XDG_DATA_HOME or HOME, or give --url)"
+DEFAULT_URL = _default_url()
+
 
 app = typer.Typer(
     help="Shared state for teams of agents: rooms, plans, leases, documents, events.",
@@ -36,7 +155,6 @@ tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_he
 app.add_typer(rooms_app, name="rooms")
 app.add_typer(plan_app, name="plan")
 app.add_typer(tokens_app, name="tokens")
-console = Console()
 
 UrlOption = Annotated[
     str,
@@ -50,28 +168,68 @@ RoomArg = Annotated[str, typer.Argument(help="Room name")]
 
 
 def _prepare(url: str) -> None:
-    """Create the directory of a relative SQLite path (the default lives in .agentrooms/)."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        path = url[len("sqlite:///") :].split("?", 1)[0]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    """Check a SQLite URL and make its file's folder; a URL that is wrong exits with
+    ``EXIT_USAGE`` and a folder that cannot be made or written ``EXIT_UNAVAILABLE``,
+    each with one line on stderr."""
+    if url == NO_DEFAULT:
+        fail(
+            "bad_request",
+            "there is no default store: set XDG_DATA_HOME or HOME, or give --url",
+            EXIT_USAGE,
+        )
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return
+    from agentrooms.store.sqlite.config import parse_url
+
+    try:
+        config = parse_url(url)
+    except BadRequest as exc:
+        fail(exc.code, exc, exit_code(exc))
+    if config.in_memory:
+        return
+    path = Path(config.path).absolute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        fail(
+            "store_unavailable",
+            f"cannot create the folder {path.parent} of the store {path}: {why}",
+            EXIT_UNAVAILABLE,
+        )
+    if not path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+        why = "its folder is not writable"
+        fail("store_unavailable", f"cannot create the store {path}: {why}", EXIT_UNAVAILABLE)
+
+
+def _report(exc: AgentroomsError, url: str | None = None) -> int:
+    """Print ``exc`` as one line on stderr (naming the store it could not reach) and
+    return its exit code."""
+    message = str(exc)
+    if isinstance(exc, StoreUnavailable) and url is not None:
+        message += f" (store {shown_url(url)})"
+    err_console.print(
+        Text.assemble(literal(exc.code, "red"), ": ", literal(message)), soft_wrap=True
+    )
+    return exit_code(exc)
 
 
 def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
-    """Open the store, run ``work``, close it; typed errors become one red line."""
+    """Open the store, run ``work``, close it; a typed error becomes one line on stderr
+    and the exit code of its family."""
 
     async def main() -> T:
-        _prepare(url)
         store = await open_store(url)
         try:
             return await work(store)
         finally:
             await store.close()
 
+    _prepare(url)
     try:
         return asyncio.run(main())
     except AgentroomsError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc}")
-        raise typer.Exit(1) from exc
+        raise typer.Exit(_report(exc, url)) from exc
 
 
 def _when(ts: float | None, now: float) -> str:
@@ -82,6 +240,21 @@ def _when(ts: float | None, now: float) -> str:
 
 
 # --------------------------------------------------------------------------- serving
+
+
+def _banner(url: str, host: str, port: int, dev: bool) -> list[Text]:
+    """What ``serve`` prints before it serves: where, how, the store, and its paths."""
+    shown = f"[{host}]" if ":" in host else host
+    mode = "dev mode, no tokens" if dev else "bearer tokens required (agentrooms tokens mint)"
+    return [
+        Text.assemble("agentrooms on ", literal(f"http://{shown}:{port}", "bold"), f"  ({mode})"),
+        Text.assemble(
+            "  store ",
+            literal(shown_url(url)),
+            "; API /v1, described at /openapi.json; ",
+            "MCP /mcp; metrics /metrics",
+        ),
+    ]
 
 
 @app.command()
@@ -102,13 +275,10 @@ def serve(
     try:
         check_bind(host, auth)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
+        fail("bad_request", exc, EXIT_USAGE)
     _prepare(url)
-    shown = f"[{host}]" if ":" in host else host
-    mode = "dev mode, no tokens" if dev else "bearer tokens required (agentrooms tokens mint)"
-    console.print(f"agentrooms on [bold]http://{shown}:{port}[/bold]  ({mode})")
-    console.print(f"  store {url}; API docs http://{shown}:{port}/docs; metrics /metrics")
+    for line in _banner(url, host, port, dev):
+        console.print(line, soft_wrap=True)
     run_server(url, host, port, auth)
 
 
@@ -120,11 +290,22 @@ def mcp(
         str | None, typer.Option(help="Comma-separated rooms the agent may enter (default all)")
     ] = None,
 ) -> None:
-    """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime)."""
+    """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
+
+    stdout carries only the protocol: the store it serves and any error go to stderr."""
     from agentrooms.server.mcp.stdio import run_stdio
 
     _prepare(url)
-    run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+    err_console.print(
+        Text.assemble(
+            "agentrooms mcp: agent ", literal(agent), " on store ", literal(shown_url(url))
+        ),
+        soft_wrap=True,
+    )
+    try:
+        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
 
 
 @app.command()
@@ -136,13 +317,13 @@ def doctor(url: UrlOption = DEFAULT_URL) -> None:
         snap = await store.read("doctor", ["probe"])
         table = Table(show_header=False, box=None)
         table.add_row("backend", info.backend)
-        table.add_row("url", info.url)
+        table.add_row("url", literal(info.url))
         table.add_row("store clock", f"{snap.now:.3f}")
-        table.add_row("durability", info.durability)
+        table.add_row("durability", literal(info.durability))
         console.print(table)
         for warning in info.warnings:
-            console.print(f"[yellow]warning:[/yellow] {warning}")
-        return 1 if info.warnings else 0
+            say(literal("warning:", "yellow"), " ", warning)
+        return EXIT_FINDING if info.warnings else EXIT_OK
 
     raise typer.Exit(_run(url, work))
 
@@ -155,13 +336,16 @@ def rooms_list(
     url: UrlOption = DEFAULT_URL,
     archived: Annotated[bool, typer.Option("--archived", help="Include archived rooms")] = False,
 ) -> None:
-    """List rooms with their newest event and ready tasks."""
+    """List rooms with their newest event and ready tasks (or say which store has none)."""
     infos = _run(url, lambda store: Rooms(store).list(include_archived=archived))
+    if not infos:
+        say("no rooms in the store ", shown_url(url))
+        return
     table = Table("room", "description", "events", "ready", "archived")
     for info in infos:
         table.add_row(
-            info.name,
-            info.description,
+            literal(info.name),
+            literal(info.description),
             str(info.last_seq),
             str(info.ready),
             "yes" if info.archived else "",
@@ -177,14 +361,14 @@ def rooms_create(
 ) -> None:
     """Create a room."""
     _run(url, lambda store: Rooms(store).create(room, description))
-    console.print(f"created room [bold]{room}[/bold]")
+    say("created room ", literal(room, "bold"), " in the store ", shown_url(url))
 
 
 @rooms_app.command("archive")
 def rooms_archive(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
     """Make a room read-only."""
     _run(url, lambda store: Rooms(store).archive(room))
-    console.print(f"archived room [bold]{room}[/bold]")
+    say("archived room ", literal(room, "bold"))
 
 
 @rooms_app.command("delete")
@@ -197,7 +381,7 @@ def rooms_delete(
     if not yes:
         typer.confirm(f"delete room {room!r} and everything in it?", abort=True)
     _run(url, lambda store: Rooms(store).delete(room))
-    console.print(f"deleted room [bold]{room}[/bold]")
+    say("deleted room ", literal(room, "bold"))
 
 
 # ------------------------------------------------------------------------------ plan
@@ -214,19 +398,18 @@ def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
     tasks, now = _run(url, work)
     by_id = {t.id: t for t in tasks}
     colour = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
-    tree = Tree(f"[bold]{room}[/bold]: {len(tasks)} tasks")
+    tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
 
-    def label(task: Any) -> str:
-        style = colour.get(task.status, "white")
-        text = f"[{style}]{task.status:9}[/{style}] {task.id}"
+    def label(task: Any) -> Text:
+        text = Text.assemble(literal(f"{task.status:9}", colour.get(task.status, "")), " ")
+        text.append_text(literal(task.id))
         if task.title:
-            text += f"  {task.title}"
+            text.append_text(literal(f"  {task.title}"))
         if task.status == "claimed":
-            text += (
-                f"  owner={task.owner} fence={task.fence} lease {_when(task.lease_expires, now)}"
-            )
+            lease = _when(task.lease_expires, now)
+            text.append_text(literal(f"  owner={task.owner} fence={task.fence} lease {lease}"))
         elif task.owner:
-            text += f"  by {task.owner} (fence {task.fence})"
+            text.append_text(literal(f"  by {task.owner} (fence {task.fence})"))
         return text
 
     def add(node: Tree, task: Any, path: frozenset[str]) -> None:
@@ -253,7 +436,9 @@ def tail(
     ] = None,
     count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
 ) -> None:
-    """Follow a room's events live (woken by the store; moves no agent's cursor)."""
+    """Follow a room's events live (woken by the store; moves no agent's cursor).
+
+    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped."""
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -263,11 +448,8 @@ def tail(
         while count is None or shown < count:
             batch = await events.read(position, 100)
             for event in batch:
-                console.print(
-                    f"[dim]#{event.seq}[/dim] [bold]{event.type}[/bold] "
-                    f"{json.dumps(event.data, ensure_ascii=False)}",
-                    highlight=False,
-                )
+                data = json.dumps(event.data, ensure_ascii=False)
+                say(literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"), " ", data)
                 position = event.seq
                 shown += 1
                 if count is not None and shown >= count:
@@ -278,7 +460,7 @@ def tail(
     try:
         _run(url, work)
     except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+        raise typer.Exit(EXIT_OK) from None
 
 
 # ---------------------------------------------------------------------------- tokens
@@ -306,7 +488,7 @@ def tokens_mint(
             store, agent, rooms=room_list, scopes=scopes.split(","), role=role, ttl=ttl
         ),
     )
-    console.print(f"token id {minted.info.id} for agent {agent} (shown once):")
+    say(f"token id {minted.info.id} for agent ", agent, " (shown once):")
     print(minted.token)
 
 
@@ -315,13 +497,12 @@ def tokens_revoke(
     token: Annotated[str, typer.Argument(help="Token id or the token itself")],
     url: UrlOption = DEFAULT_URL,
 ) -> None:
-    """Revoke a token."""
+    """Revoke a token; ``not_found`` (exit 4) if there is no such live token."""
     from agentrooms.server import revoke
 
     if not _run(url, lambda store: revoke(store, token)):
-        console.print("[red]no such token, or already revoked[/red]")
-        raise typer.Exit(1)
-    console.print("revoked")
+        fail("not_found", "no such token, or already revoked", EXIT_NOT_FOUND)
+    say("revoked")
 
 
 @tokens_app.command("list")
@@ -333,14 +514,17 @@ def tokens_list(url: UrlOption = DEFAULT_URL) -> None:
         return await list_tokens(store), (await store.read("_auth", [])).now
 
     tokens, now = _run(url, work)
+    if not tokens:
+        say("no tokens in the store ", shown_url(url))
+        return
     table = Table("id", "agent", "rooms", "scopes", "role", "expires", "revoked")
     for t in tokens:
         table.add_row(
-            t.id,
-            t.agent,
-            t.rooms if isinstance(t.rooms, str) else ",".join(t.rooms),
-            ",".join(t.scopes),
-            t.role or "",
+            literal(t.id),
+            literal(t.agent),
+            literal(t.rooms if isinstance(t.rooms, str) else ",".join(t.rooms)),
+            literal(",".join(t.scopes)),
+            literal(t.role or ""),
             _when(t.expires_at, now),
             _when(t.revoked_at, now) if t.revoked_at else "",
         )
@@ -364,10 +548,9 @@ def migrate(
     from agentrooms.sourcing.migration import migrate_projection
 
     if step not in ("expand", "migrate", "contract", "all", "rollback", "status"):
-        console.print(f"[red]unknown step {step!r}[/red]")
-        raise typer.Exit(2)
+        fail("bad_request", f"unknown step {step!r}", EXIT_USAGE)
     status = _run(url, lambda store: migrate_projection(store, room, old, new, step=step))  # type: ignore[arg-type]
-    console.print(
+    say(
         f"{status.name}: v{status.old} -> v{status.new}, phase {status.phase or 'not started'}, "
         f"readers on v{status.active}; positions old {status.old_position}, "
         f"new {status.new_position}, log head {status.head}"
@@ -384,7 +567,13 @@ async def _demo(store: Store) -> None:
     if version is None:
         created = await store.transact(room, writes=[Put("report", {"sections": []})])
         version = created.versions["report"]
-    console.print(f"room [bold]{room}[/bold] on [cyan]{store.backend}[/cyan]: report v{version}")
+    say(
+        "room ",
+        literal(room, "bold"),
+        " on ",
+        literal(store.backend, "cyan"),
+        f": report v{version}",
+    )
 
     async def agent(name: str) -> str:
         # both agents computed their change from the same version; only one may commit
@@ -401,13 +590,13 @@ async def _demo(store: Store) -> None:
         return f"{name}: committed"
 
     for line in await asyncio.gather(agent("agent-risk"), agent("agent-vendor")):
-        console.print("  " + line)
+        say("  " + line)
     final = (await store.read(room, ["report"])).get("report")
     assert final is not None
-    console.print(f"report v{final.version}: {final.value}")
+    say(f"report v{final.version}: {final.value}")
     last = await store.last_seq(room)
     for event in await store.read_log(room, after=max(0, last - 3)):
-        console.print(f"  event #{event.seq} {event.type} {event.data}")
+        say(f"  event #{event.seq} {event.type} {event.data}")
 
 
 @app.command()
@@ -536,12 +725,23 @@ def bench(
     names = None if backends is None else [b.strip() for b in backends.split(",") if b.strip()]
     code = bench_loop.run(
         run_bench(
-            settings, out, backends=names, url=url, console=console, verbose=verbose, plots=plots
+            settings,
+            out,
+            backends=names,
+            url=url,
+            console=Console(),  # the bench's reports print Rich markup of their own
+            verbose=verbose,
+            plots=plots,
         )
     )
     raise typer.Exit(code)
 
 
 def main() -> None:
+    """The console script: a typed error that escapes a command (``serve`` opening its
+    store) is one line on stderr and its exit code, as inside every command."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    try:
+        app()
+    except AgentroomsError as exc:
+        raise SystemExit(_report(exc)) from None

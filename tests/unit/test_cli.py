@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from agentrooms.cli import app
+from agentrooms import errors
+from agentrooms.cli import (
+    DEFAULT_URL,
+    EXIT_CODES,
+    EXIT_CRASHED,
+    EXIT_FINDING,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    _banner,
+    app,
+    default_store,
+    exit_code,
+    literal,
+)
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import open_store
 
@@ -23,6 +43,14 @@ def url(tmp_path: Path) -> str:
 def invoke(*args: str) -> tuple[int, str]:
     result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
     return result.exit_code, result.output
+
+
+def invoke_split(*args: str, columns: int = 200) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr apart; a crash (not ``typer.Exit``) fails the test."""
+    result = runner.invoke(app, list(args), env={"COLUMNS": str(columns)})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
 
 
 def seed(url: str) -> None:
@@ -46,13 +74,13 @@ def test_rooms_create_list_archive_delete(url: str) -> None:
     code, out = invoke("rooms", "list", "--url", url)
     assert code == 0 and "contract" in out and "legal" in out
     code, out = invoke("rooms", "create", "contract", "--url", url)
-    assert code == 1 and "version_conflict" in out
+    assert code == EXIT_REFUSED and "version_conflict" in out
     assert invoke("rooms", "archive", "contract", "--url", url)[0] == 0
     assert "contract" not in invoke("rooms", "list", "--url", url)[1]
     assert "contract" in invoke("rooms", "list", "--url", url, "--archived")[1]
     assert invoke("rooms", "delete", "contract", "--url", url, "--yes")[0] == 0
     code, out = invoke("rooms", "delete", "contract", "--url", url, "--yes")
-    assert code == 1 and "not_found" in out
+    assert code == EXIT_NOT_FOUND and "not_found" in out
 
 
 def test_plan_show_has_owners_leases_and_fences(url: str) -> None:
@@ -73,7 +101,7 @@ def test_tail_follows_events(url: str) -> None:
     assert code == 0
     assert "#1 room.created" in out and "#2 task.added" in out
     code, out = invoke("tail", "nowhere", "--url", url, "--count", "1")
-    assert code == 1 and "not_found" in out
+    assert code == EXIT_NOT_FOUND and "not_found" in out
 
 
 def test_tokens_mint_list_revoke(url: str) -> None:
@@ -85,7 +113,7 @@ def test_tokens_mint_list_revoke(url: str) -> None:
     code, out = invoke("tokens", "list", "--url", url)
     assert code == 0 and token_id in out and "agent-a" in out and token not in out
     assert invoke("tokens", "revoke", token_id, "--url", url)[0] == 0
-    assert invoke("tokens", "revoke", token_id, "--url", url)[0] == 1
+    assert invoke("tokens", "revoke", token_id, "--url", url)[0] == EXIT_NOT_FOUND
     assert "ago" in invoke("tokens", "list", "--url", url)[1]  # revoked column filled
 
 
@@ -98,7 +126,7 @@ def test_doctor_reports_durability(url: str) -> None:
 
 def test_bad_url_and_demo(url: str) -> None:
     code, out = invoke("doctor", "--url", "mongodb://x")
-    assert code == 1 and "unknown store URL scheme" in out
+    assert code == EXIT_USAGE and "unknown store URL scheme" in out
     code, out = invoke("demo", "--url", url)
     assert code == 0 and "committed" in out and "conflict" in out
 
@@ -110,8 +138,6 @@ def test_serve_refuses_dev_mode_off_loopback() -> None:
 
 def test_mcp_over_stdio_from_the_cli(url: str, tmp_path: Path) -> None:
     """`agentrooms mcp --agent A` speaks MCP on stdio (the SDK's own client drives it)."""
-    import sys
-
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -132,3 +158,212 @@ def test_mcp_over_stdio_from_the_cli(url: str, tmp_path: Path) -> None:
             return str(joined.content[0].text)  # type: ignore[union-attr]
 
     assert "agent-a" in asyncio.run(session())
+
+
+# ------------------------------------------------------------ agent text, printed literally
+
+
+def seed_hostile(url: str) -> None:
+    """A room, task and events whose text looks like Rich markup, emoji codes and
+    terminal escapes."""
+
+    async def work() -> None:
+        store = await open_store(url)
+        rooms = Rooms(store)
+        room = await rooms.create("contract", "see [/] and [red]x :smile:")
+        await room.plan.add([TaskSpec("fix", "[/] fix [b]it[/b]")])
+        await room.events.post("note", {"text": "per [clause 7], [bold]not bold[/bold]"})
+        await room.events.post("note", {"text": "\x1b[2J" + "w" * 400})
+        await rooms.create("escape", "\x1b]0;owned\x07 title")
+        await store.close()
+
+    asyncio.run(work())
+
+
+def test_tail_prints_event_text_literally_one_line_each(url: str) -> None:
+    seed_hostile(url)
+    code, out, err = invoke_split(
+        "tail", "contract", "--url", url, "--after", "2", "--count", "2", columns=80
+    )
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == '#3 note {"text": "per [clause 7], [bold]not bold[/bold]"}'
+    assert lines[1] == '#4 note {"text": "\\u001b[2J' + "w" * 400 + '"}'  # not wrapped at 80
+    assert len(lines) == 2
+
+
+def test_markup_in_room_and_task_text_breaks_no_listing(url: str) -> None:
+    seed_hostile(url)
+    code, out, err = invoke_split("rooms", "list", "--url", url)
+    assert code == 0 and err == ""
+    assert "see [/] and [red]x :smile:" in out
+    assert "\\x1b]0;owned\\x07 title" in out and "\x1b" not in out  # escapes, shown
+    code, out, err = invoke_split("plan", "show", "contract", "--url", url)
+    assert code == 0 and err == ""
+    assert "[/] fix [b]it[/b]" in out and "contract: 1 tasks" in out
+
+
+def test_literal_shows_control_characters_and_keeps_markup_text() -> None:
+    assert literal("[bold]x[/] :smile:").plain == "[bold]x[/] :smile:"
+    assert literal("a\tb\nc\x1b[31m\x7f\x9b").plain == "a\tb\nc\\x1b[31m\\x7f\\x9b"
+
+
+# ---------------------------------------------------------------- errors and exit codes
+
+
+def test_errors_go_to_stderr_with_the_exit_code_of_their_family(url: str, tmp_path: Path) -> None:
+    assert invoke_split("rooms", "create", "contract", "--url", url)[0] == 0
+    code, out, err = invoke_split("rooms", "create", "contract", "--url", url)
+    assert (code, out) == (EXIT_REFUSED, "") and err.startswith("version_conflict: ")
+    code, out, err = invoke_split("tail", "nowhere", "--url", url, "--count", "1")
+    assert (code, out) == (EXIT_NOT_FOUND, "") and err.startswith("not_found: room 'nowhere'")
+    code, out, err = invoke_split("tokens", "revoke", "nothing", "--url", url)
+    assert (code, out) == (EXIT_NOT_FOUND, "") and err.startswith("not_found: ")
+    code, out, err = invoke_split("doctor", "--url", "mongodb://x")
+    assert (code, out) == (EXIT_USAGE, "") and err.startswith("bad_request: unknown store URL")
+    assert err.count("\n") == 1  # one line, not wrapped
+    code, out, err = invoke_split("serve", "--dev", "--host", "0.0.0.0")
+    assert (code, out) == (EXIT_USAGE, "") and "refusing" in err
+    code, out, err = invoke_split("rooms", "list", "--no-such-option")
+    assert (code, out) == (EXIT_USAGE, "") and "No such option" in err
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, out, err = invoke_split("rooms", "list", "--url", f"sqlite:///{blocker}/x.db")
+    assert (code, out) == (EXIT_UNAVAILABLE, "")
+    folder = f"cannot create the folder {blocker} of the store {blocker}/x.db: File exists"
+    assert err == f"store_unavailable: {folder}\n"
+
+
+def test_every_error_kind_has_an_exit_code() -> None:
+    kinds = [getattr(errors, name) for name in errors.__all__]
+    for kind in kinds:
+        if kind is errors.AgentroomsError:
+            continue
+        code = exit_code(kind.__new__(kind))
+        assert code in (EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE), kind
+    assert exit_code(errors.LockHeld.__new__(errors.LockHeld)) == EXIT_REFUSED
+    assert exit_code(errors.PayloadTooLarge.__new__(errors.PayloadTooLarge)) == EXIT_USAGE
+    with pytest.raises(LookupError):
+        exit_code(errors.AgentroomsError())
+
+
+def test_exit_codes_are_the_documented_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "surfaces.md").read_text()
+    table = dict(
+        (int(code), words)
+        for code, words in re.findall(r"^\| (\d) \| (.+) \|$", text, re.MULTILINE)
+    )
+    assert sorted(table) == [0, 1, 2, 3, 4, 5, 6]
+    from agentrooms.bench.suite import EXIT_FAILED, EXIT_LOST
+    from agentrooms.bench.suite import EXIT_USAGE as BENCH_USAGE
+
+    assert (EXIT_OK, EXIT_FINDING, EXIT_CRASHED) == (0, 1, 3)
+    assert (EXIT_LOST, BENCH_USAGE, EXIT_FAILED) == (EXIT_FINDING, EXIT_USAGE, EXIT_CRASHED)
+    kinds = [getattr(errors, name) for name in errors.__all__]
+    for kind in kinds:
+        if not any(other is not kind and issubclass(other, kind) for other in kinds):
+            code = exit_code(kind.__new__(kind))  # every error a store raises
+            assert f"`{kind.code}`" in table[code], (kind, code)
+    assert set(EXIT_CODES.values()) == {EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE}
+
+
+# ------------------------------------------------------------------------- default store
+
+
+def cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("AGENTROOMS_URL", "XDG_DATA_HOME")}
+    return subprocess.run(
+        [sys.executable, "-m", "agentrooms", *args],
+        cwd=cwd,
+        env={**clean, "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_default_store_is_one_absolute_file_for_every_folder(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    made = cli(one, {"XDG_DATA_HOME": str(data)}, "rooms", "create", "r1")
+    store = data / "agentrooms" / "agentrooms.db"
+    assert made.returncode == 0 and f"in the store sqlite:///{store}" in made.stdout
+    listed = cli(two, {"XDG_DATA_HOME": str(data)}, "rooms", "list")
+    assert listed.returncode == 0 and "r1" in listed.stdout
+    assert store.is_file() and not (one / ".agentrooms").exists()
+    empty = cli(two, {"XDG_DATA_HOME": str(tmp_path / "elsewhere")}, "rooms", "list")
+    assert empty.returncode == 0 and "no rooms in the store sqlite:///" in empty.stdout
+
+
+def test_default_store_follows_xdg_then_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
+    assert default_store() == tmp_path / ".local/share/agentrooms/agentrooms.db"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_store() == tmp_path / "xdg/agentrooms/agentrooms.db"
+    assert default_store().is_absolute()
+    assert DEFAULT_URL.startswith("sqlite:////")  # the default is absolute, and in --help
+    assert DEFAULT_URL in " ".join(invoke("rooms", "list", "--help")[1].split()).replace(" ", "")
+
+
+def test_mcp_in_an_unwritable_folder(tmp_path: Path) -> None:
+    """An MCP host may start `agentrooms mcp` anywhere: the working directory does not
+    matter, and a store location that cannot be made is one line on stderr."""
+    readonly = Path("/proc")  # not writable, even by root
+    data = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    served = cli(readonly, data, "mcp", "--agent", "agent-a")  # stdin closed: it ends
+    assert served.returncode == 0, served.stderr
+    assert served.stdout == "" and "on store sqlite:///" in served.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    refused = cli(readonly, {"XDG_DATA_HOME": str(blocker)}, "mcp", "--agent", "agent-a")
+    assert refused.returncode == EXIT_UNAVAILABLE and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"store_unavailable: cannot create the folder {blocker}/agentrooms of the store "
+        f"{blocker}/agentrooms/agentrooms.db: Not a directory"
+    ]
+
+
+def test_serve_names_an_unreachable_store_in_one_line(tmp_path: Path) -> None:
+    done = cli(tmp_path, {}, "serve", "--port", "0", "--url", "postgresql://u:pw@127.0.0.1:1/x")
+    assert done.returncode == EXIT_UNAVAILABLE
+    assert "Traceback" not in done.stderr and "pw" not in done.stdout + done.stderr
+    assert done.stderr.startswith("store_unavailable: ") and done.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------- /docs
+
+
+def test_serve_advertises_only_paths_that_answer() -> None:
+    """The banner and the docs name /openapi.json, not a /docs page the server lacks."""
+    import httpx
+
+    from agentrooms.server import AuthConfig, HttpLimits, create_app
+
+    banner = " ".join(line.plain for line in _banner("memory://", "127.0.0.1", 8080, True))
+    paths = re.findall(r"(?<![\w./:])(/[a-z0-9.]+)", banner)
+    assert "/openapi.json" in paths and "/docs" not in paths
+    root = Path(__file__).resolve().parents[2]
+    for doc in [root / "README.md", *(root / "docs").glob("*.md")]:
+        assert not re.search(r"(?<![\w.])/docs\b(?!/)", doc.read_text()), doc
+
+    async def answers() -> dict[str, int]:
+        store = await open_store("memory://")
+        http_app = create_app(store, auth=AuthConfig(dev=True), limits=HttpLimits())
+        transport = httpx.ASGITransport(app=http_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            got = {p: (await c.get(p + "/rooms" * (p == "/v1"))).status_code for p in paths}
+            got["/docs"] = (await c.get("/docs")).status_code
+        await store.close()
+        return got
+
+    got = asyncio.run(answers())
+    assert got.pop("/docs") == 404
+    got.pop("/mcp")  # mounted by serve itself; tested with the MCP server
+    assert got == dict.fromkeys(got, 200)
