@@ -4,6 +4,13 @@ Kinds (one counter each, never lumped together): ``conflict``, ``invalid_transit
 ``contention_exhausted``, ``transport_failure``, ``rate_limited``, ``stale_fence``.
 Conflicts are also counted per key prefix (``task/``, ``doc/`` ...) so a hot record stands
 out; attempts per commit and commit latency are histograms.
+
+Every label takes a bounded set of values, so no workload grows the series without end:
+``kind`` is one of :data:`KINDS` and ``outcome`` one of :data:`OUTCOMES` (anything else
+is a ``ValueError``); ``prefix`` is a key's first segment with its ``/`` (at most
+:data:`MAX_PREFIX_LENGTH` characters), :data:`NO_PREFIX` for a key without ``/``, and
+once :data:`MAX_PREFIXES` distinct values are in use, :data:`OTHER_PREFIX` for every new
+one (the first values seen keep their own series for the life of the ``Metrics``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,17 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-__all__ = ["KINDS", "Metrics", "default_metrics"]
+__all__ = [
+    "KINDS",
+    "MAX_PREFIXES",
+    "MAX_PREFIX_LENGTH",
+    "NO_PREFIX",
+    "OTHER_PREFIX",
+    "OUTCOMES",
+    "BoundedLabel",
+    "Metrics",
+    "default_metrics",
+]
 
 KINDS = (
     "conflict",
@@ -28,9 +45,40 @@ KINDS = (
 )
 
 
+OUTCOMES = ("ok", "error")
+MAX_PREFIXES = 32
+MAX_PREFIX_LENGTH = 64
+NO_PREFIX = "(none)"
+OTHER_PREFIX = "(other)"
+
+
 def _prefix(key: str) -> str:
+    """The key's family: ``task/`` for ``task/t1``; ``NO_PREFIX`` without a ``/``."""
     head, sep, _ = key.partition("/")
-    return head + sep
+    if not sep:
+        return NO_PREFIX
+    return head + sep if len(head) < MAX_PREFIX_LENGTH else OTHER_PREFIX
+
+
+class BoundedLabel:
+    """The values of one label, at most ``limit`` of them: the first ``limit`` distinct
+    values keep their own; every later one reads as ``other``. Thread-safe."""
+
+    def __init__(self, limit: int, other: str) -> None:
+        if limit < 1:
+            raise ValueError("a bounded label needs room for at least one value")
+        self.limit, self.other = limit, other
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        with self._lock:
+            if value in self._seen or value == self.other:
+                return value
+            if len(self._seen) < self.limit - 1:  # the last place is other's
+                self._seen.add(value)
+                return value
+            return self.other
 
 
 class Metrics:
@@ -66,6 +114,7 @@ class Metrics:
         )
         for kind in KINDS:
             self._errors.labels(kind)
+        self._prefix = BoundedLabel(MAX_PREFIXES, OTHER_PREFIX)
         self._lock = threading.Lock()
         self._counts: collections.Counter[str] = collections.Counter()
         self._by_prefix: collections.Counter[str] = collections.Counter()
@@ -82,7 +131,7 @@ class Metrics:
 
     def conflict(self, conflicts: Mapping[str, object]) -> None:
         self.count("conflict")
-        prefixes = {_prefix(key) for key in conflicts}
+        prefixes = {self._prefix(_prefix(key)) for key in conflicts}
         with self._lock:
             for p in prefixes:
                 self._by_prefix[p] += 1
@@ -90,6 +139,8 @@ class Metrics:
             self._conflicts.labels(p).inc()
 
     def observe_commit(self, attempts: int, elapsed: float, outcome: str) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown commit outcome {outcome!r}")
         self._commits.labels(outcome).inc()
         self._attempts.observe(attempts)
         self._latency.observe(elapsed)

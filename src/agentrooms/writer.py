@@ -227,7 +227,11 @@ def _outcome(intent_id: str, item: dict[str, Any]) -> IntentOutcome:
 
 class WriterMetrics:
     """Queue depth, apply latency, queue wait and outcomes of designated writers, next to
-    (composition, not extension) the commit loop's :class:`~agentrooms.metrics.Metrics`."""
+    (composition, not extension) the commit loop's :class:`~agentrooms.metrics.Metrics`.
+
+    Labels are bounded: ``outcome`` is ``applied``, ``rejected`` or ``dead`` (anything else
+    is a ``ValueError``), and a ``room``/``queue`` depth series lives only while a writer of
+    this process serves that queue (:meth:`forget` drops it when the writer stops)."""
 
     def __init__(
         self, registry: CollectorRegistry | None = None, commit: Metrics | None = None
@@ -262,11 +266,20 @@ class WriterMetrics:
         self._depths: dict[tuple[str, str], int] = {}
 
     def depth(self, room: str, queue: str, depth: int) -> None:
-        self._depth.labels(room, queue).set(depth)
-        with self._lock:
+        with self._lock:  # with forget's, so a dropped series is not half set again
+            self._depth.labels(room, queue).set(depth)
             self._depths[(room, queue)] = depth
 
+    def forget(self, room: str, queue: str) -> None:
+        """Drop the depth series of a queue this process no longer serves."""
+        with self._lock:
+            if self._depths.pop((room, queue), None) is None:
+                return
+            self._depth.remove(room, queue)
+
     def settled(self, outcome: str, apply_seconds: float, wait_seconds: float | None) -> None:
+        if outcome not in (APPLIED, REJECTED, DEAD):
+            raise ValueError(f"unknown intent outcome {outcome!r}")
         self._outcomes.labels(outcome).inc()
         self._apply.observe(apply_seconds)
         if wait_seconds is not None:
@@ -514,6 +527,7 @@ class Writer:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
+            self.metrics.forget(self.scope.room, self.keys.name)
 
     async def apply_pending(self, lock: Lock) -> int:
         """Apply every intent queued now under ``lock`` (no waiting); how many settled."""
