@@ -105,9 +105,15 @@ def say(*parts: str | Text) -> None:
     )
 
 
+def _error_line(code: str, message: object) -> None:
+    """``<code>: <message>`` as one line on stderr (a newline in it shown as ``\\n``)."""
+    text = str(message).replace("\n", "\\n")
+    err_console.print(Text.assemble(literal(code, "red"), ": ", literal(text)), soft_wrap=True)
+
+
 def fail(code: str, message: object, exit_with: int) -> NoReturn:
     """Print ``<code>: <message>`` as one line on stderr and exit with ``exit_with``."""
-    err_console.print(Text.assemble(literal(code, "red"), ": ", literal(message)), soft_wrap=True)
+    _error_line(code, message)
     raise typer.Exit(exit_with)
 
 
@@ -208,9 +214,7 @@ def _report(exc: AgentroomsError, url: str | None = None) -> int:
     message = str(exc)
     if isinstance(exc, StoreUnavailable) and url is not None:
         message += f" (store {shown_url(url)})"
-    err_console.print(
-        Text.assemble(literal(exc.code, "red"), ": ", literal(message)), soft_wrap=True
-    )
+    _error_line(exc.code, message)
     return exit_code(exc)
 
 

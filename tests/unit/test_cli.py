@@ -23,7 +23,9 @@ from agentrooms.cli import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    NO_DEFAULT,
     _banner,
+    _default_url,
     app,
     default_store,
     exit_code,
@@ -224,6 +226,9 @@ def test_errors_go_to_stderr_with_the_exit_code_of_their_family(url: str, tmp_pa
     assert err.count("\n") == 1  # one line, not wrapped
     code, out, err = invoke_split("serve", "--dev", "--host", "0.0.0.0")
     assert (code, out) == (EXIT_USAGE, "") and "refusing" in err
+    declined = runner.invoke(app, ["rooms", "delete", "contract", "--url", url], input="n\n")
+    assert declined.exit_code == EXIT_FINDING and "Aborted" in declined.stderr
+    assert invoke_split("rooms", "list", "--url", url)[1].count("contract") == 1  # kept
     code, out, err = invoke_split("rooms", "list", "--no-such-option")
     assert (code, out) == (EXIT_USAGE, "") and "No such option" in err
     blocker = tmp_path / "a-file"
@@ -310,6 +315,20 @@ def test_default_store_follows_xdg_then_home(
     assert default_store().is_absolute()
     assert DEFAULT_URL.startswith("sqlite:////")  # the default is absolute, and in --help
     assert DEFAULT_URL in " ".join(invoke("rooms", "list", "--help")[1].split()).replace(" ", "")
+
+
+def test_no_home_means_no_default_and_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unknown() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", unknown)
+    assert _default_url() == NO_DEFAULT
+    code, out, err = invoke_split("rooms", "list", "--url", NO_DEFAULT)
+    assert (code, out) == (EXIT_USAGE, "")
+    assert (
+        err == "bad_request: there is no default store: set XDG_DATA_HOME or HOME, or give --url\n"
+    )
 
 
 def test_mcp_in_an_unwritable_folder(tmp_path: Path) -> None:
