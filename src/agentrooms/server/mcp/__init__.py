@@ -18,6 +18,7 @@ Tools (each takes ``room``; state-changing ones an optional ``request_id``):
 ``join_room``, ``heartbeat``, ``who_is_online``, ``read_plan``, ``add_tasks``,
 ``claim_task``, ``renew_lease``, ``complete_task``, ``fail_task``, ``read_new_events``,
 ``post_event``, ``read_document``, ``write_document``, ``acquire_lock``, ``release_lock``.
+Arguments are strict, with the same size limits on every transport (:mod:`.arguments`).
 Errors are tool errors whose text starts with the error type and says what to do next
 (:mod:`.hints`); push is a ``subscriptions/listen`` stream on ``room://{room}/events``
 (:mod:`.push`).

@@ -13,9 +13,10 @@ call is not mistaken for a protocol fault) with two faces:
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,12 +281,38 @@ def document_conflict(name: str, wrote: int, current: int | None) -> Hint:
     )
 
 
-def validation_hint(tool: str, exc: ValidationError) -> Hint:
-    """``bad_request`` naming each argument the call got wrong."""
+_JSON_TYPES: dict[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    list: "an array",
+    dict: "an object",
+    type(None): "null",
+}
+
+
+def validation_hint(tool: str, exc: ValidationError, arguments: Sequence[str] = ()) -> Hint:
+    """``bad_request`` naming each argument the call got wrong: an unknown one with the
+    closest of the tool's ``arguments`` (or all of them), a value of the wrong JSON type
+    with the type it was."""
     problems = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
-        problems.append({"argument": where, "problem": error.get("msg", "invalid")})
+        loc = error.get("loc", ())
+        where = ".".join(str(part) for part in loc) or "arguments"
+        problem = error.get("msg", "invalid")
+        if error.get("type") == "extra_forbidden":
+            problem = "unknown argument" if len(loc) == 1 else "unknown field"
+            close = difflib.get_close_matches(str(loc[-1]), arguments, n=1, cutoff=0.6)
+            if len(loc) == 1 and close:
+                problem += f" (did you mean {close[0]}?)"
+            elif len(loc) == 1 and arguments:
+                problem += f" ({tool} takes {', '.join(arguments)})"
+        elif str(error.get("type", "")).endswith("_type"):
+            got = _JSON_TYPES.get(type(error.get("input")))
+            if got is not None:
+                problem += f", not {got}"
+        problems.append({"argument": where, "problem": problem})
     listed = "; ".join(f"{p['argument']}: {p['problem']}" for p in problems)
     return Hint(
         "bad_request",

@@ -10,11 +10,13 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import (
     CallToolResult,
     InputRequiredResult,
     SubscribeRequestParams,
     SubscriptionsListenRequestParams,
+    ToolAnnotations,
     UnsubscribeRequestParams,
 )
 from pydantic import ValidationError
@@ -24,6 +26,7 @@ from agentrooms.errors import AgentroomsError, NotFound
 from agentrooms.rooms import keys
 from agentrooms.server.auth import SCOPES, AuthConfig, Principal
 from agentrooms.server.limits import HttpLimits
+from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
 from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools, count_error
@@ -56,18 +59,18 @@ class AgentroomsMCP(MCPServer[Any]):
         auth: AuthConfig | None = None,
         limits: HttpLimits | None = None,
     ) -> None:
+        self.limits = limits or HttpLimits(rate=None)
+        self.tools = RoomTools(store, principal=principal, limits=self.limits)
         super().__init__(
             "agentrooms",
             version=__version__,
             instructions=INSTRUCTIONS,
             log_level="WARNING",
-            warn_on_duplicate_tools=False,
+            tools=self._strict_tools(),
         )
         self.store = store
         self.auth = auth
-        self.tools = RoomTools(store, principal=principal, limits=limits or HttpLimits(rate=None))
         self.listener = RoomEventsListener(self.tools)
-        self._register_tools()
         self.resource(
             EVENTS_TEMPLATE,
             name="room-events",
@@ -81,9 +84,10 @@ class AgentroomsMCP(MCPServer[Any]):
             "subscriptions/listen", SubscriptionsListenRequestParams, self.listener
         )
 
-    def _register_tools(self) -> None:
+    def _strict_tools(self) -> list[Tool]:
+        """The tools, each with strict arguments (:mod:`.arguments`)."""
         t = self.tools
-        table: list[tuple[Callable[..., Any], Any]] = [
+        table: list[tuple[Callable[..., Any], ToolAnnotations]] = [
             (t.join_room, IDEMPOTENT),
             (t.heartbeat, IDEMPOTENT),
             (t.who_is_online, READ_ONLY),
@@ -100,24 +104,29 @@ class AgentroomsMCP(MCPServer[Any]):
             (t.acquire_lock, CHANGES),
             (t.release_lock, IDEMPOTENT),
         ]
-        for fn, hints in table:
-            self.add_tool(fn, annotations=hints, structured_output=False)
+        return [strict_tool(fn, hints, self.limits) for fn, hints in table]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        """As the SDK's, but arguments that fail validation are a typed ``bad_request``
-        naming each bad argument, and an unknown tool lists the known ones."""
-        if self._tool_manager.get_tool(name) is None:
+        """As the SDK's, but arguments over a size limit (:func:`.arguments.check_call`) or
+        that fail validation are a typed error naming each bad argument, and an unknown
+        tool lists the known ones."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
             known = ", ".join(t.name for t in self._tool_manager.list_tools())
             hint = Hint("bad_request", f"there is no tool {name!r}", f"call one of: {known}")
         else:
-            try:
-                return await super().call_tool(name, arguments, context)
-            except ToolError as exc:
-                if not isinstance(exc.__cause__, ValidationError):
-                    raise
-                hint = validation_hint(name, exc.__cause__)
+            refused = check_call(name, arguments, self.limits)
+            if refused is None:
+                try:
+                    return await super().call_tool(name, arguments, context)
+                except ToolError as exc:
+                    if not isinstance(exc.__cause__, ValidationError):
+                        raise
+                    names = list(tool.parameters.get("properties", {}))
+                    refused = validation_hint(name, exc.__cause__, names)
+            hint = refused
         count_error(hint.type)
         return error_result(hint)
 

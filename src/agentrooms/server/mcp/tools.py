@@ -48,7 +48,7 @@ from agentrooms.server.mcp.hints import (
     ok_result,
     verbatim,
 )
-from agentrooms.server.models import DOC_PATTERN, NAME_PATTERN
+from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN
 from agentrooms.store.base import Event, Store
 
 __all__ = ["RoomTools", "TaskIn", "count_error"]
@@ -63,12 +63,13 @@ RoomArg = Annotated[
 ]
 TaskIdArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="the task's id")]
 FenceArg = Annotated[
-    int, Field(ge=0, description="the fence your claim_task returned for this task")
+    int, Field(ge=0, le=MAX_INT, description="the fence your claim_task returned for this task")
 ]
 RequestId = Annotated[
     str | None,
     Field(
         pattern=r"^[!-~]{1,64}$",
+        max_length=64,
         description="optional idempotency key: repeat a call with the same request_id and it "
         "is applied once (use a new one for each new call)",
     ),
@@ -93,7 +94,7 @@ CHANGES = ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_worl
 class TaskIn(BaseModel):
     """A task to add to the plan."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
     title: str = Field(default="", max_length=1000)
@@ -277,6 +278,7 @@ class RoomTools:
             str | None,
             Field(
                 pattern="^(pending|ready|claimed|done|failed|cancelled)$",
+                max_length=9,
                 description="only tasks with this status",
             ),
         ] = None,
@@ -503,6 +505,7 @@ class RoomTools:
             int,
             Field(
                 ge=0,
+                le=MAX_INT,
                 description="the version you read (0 to create a new document); the write "
                 "fails with version_conflict if it changed since",
             ),
