@@ -13,8 +13,10 @@
 * A candidate is never resent after a conflict: the public API takes a transition, not a
   candidate, and each attempt recomputes it from a fresh snapshot.
 * With a ``command_id`` the command's outcome is written in the *same* transact as the
-  change. A retry with the same id returns the recorded outcome and applies nothing; the
-  same id with another payload raises :class:`~agentrooms.errors.IdempotencyMismatch`.
+  change, with the versions and sequence numbers the store gave it (a ``PutOutcome``). A
+  retry with the same id returns that recorded outcome, the first delivery's result,
+  versions and seqs, whatever was written since, and applies nothing; the same id with
+  another payload raises :class:`~agentrooms.errors.IdempotencyMismatch`.
   Only then is a transport failure (outcome unknown) retried: the retry re-reads and
   finds the outcome if the first attempt committed.
 * ``InvalidTransition`` and ``StaleFence`` are raised at once, never retried.
@@ -62,10 +64,11 @@ from agentrooms.metrics import Metrics, default_metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.store.base import (
     JSON,
+    OUTCOME_FIELD,
     Absent,
     Append,
     Compare,
-    Put,
+    PutOutcome,
     Record,
     Snapshot,
     Store,
@@ -428,7 +431,9 @@ def _conditions(
     writes = list(change.writes)
     if cmd_key is not None:
         compares.append(Absent(cmd_key))
-        writes.append(Put(cmd_key, {"digest": digest, "result": change.result}, ttl=retention))
+        writes.append(
+            PutOutcome(cmd_key, {"digest": digest, "result": change.result}, ttl=retention)
+        )
     return compares, writes
 
 
@@ -503,10 +508,11 @@ def _replay(record: Record, digest: str | None, loop: _Loop) -> CommitResult:
             f"command {record.key[len(COMMAND_PREFIX) :]!r} was already applied "
             "with a different payload"
         )
+    done = stored.get(OUTCOME_FIELD) or {}
     return CommitResult(
         stored.get("result"),
-        {},
-        [],
+        dict(done.get("versions") or {}),
+        list(done.get("seqs") or []),
         loop.attempts,
         loop.transitions,
         loop.elapsed(),

@@ -30,7 +30,9 @@ from agentrooms.store import (
     Limits,
     Present,
     Put,
+    PutOutcome,
     Store,
+    TransactResult,
     VersionIs,
     open_store,
 )
@@ -547,3 +549,86 @@ async def test_scalar_and_empty_values_round_trip(store: Store, room: str, value
     await store.transact(room, writes=[Put("v", value)], appends=[Append("v", value)])
     assert (await store.read(room, ["v"])).value("v", default="MISSING") == value
     assert (await store.read_log(room))[0].data == value
+
+
+# ------------------------------------------------------------- recorded outcomes
+
+
+async def test_a_put_outcome_records_the_versions_and_seqs_the_store_gave(
+    store: Store, room: str
+) -> None:
+    await store.transact(room, appends=[Append("before")])
+    done = await store.transact(
+        room,
+        compares=[Absent("cmd")],
+        writes=[
+            Put('doc/é"\\/x', [1, {}, []]),
+            PutOutcome("cmd", {"result": [], "empty": {}, "n": 1.5}, ttl=60),
+            Put("other", None),
+            Delete("gone"),
+        ],
+        appends=[Append("a"), Append("b")],
+    )
+    record = (await store.read(room, ["cmd"])).get("cmd")
+    assert record is not None and record.version == done.versions["cmd"]
+    others = {k: v for k, v in done.versions.items() if k != "cmd"}
+    assert record.value == {
+        "outcome": {"versions": others, "seqs": done.seqs},
+        "result": [],
+        "empty": {},
+        "n": 1.5,
+    }
+    assert done.seqs == [2, 3] and set(others) == {'doc/é"\\/x', "other"}
+    assert record.expires_at is not None
+
+
+async def test_a_put_outcome_alone_and_with_an_empty_object(store: Store, room: str) -> None:
+    await store.transact(room, writes=[PutOutcome("cmd", {})])
+    assert (await store.read(room, ["cmd"])).value("cmd") == {
+        "outcome": {"versions": {}, "seqs": []}
+    }
+
+
+async def test_concurrent_put_outcomes_each_record_their_own(store: Store, room: str) -> None:
+    """Appending transacts that arrive together (PostgreSQL sends them as one batch):
+    each outcome record holds its own transact's versions and seqs, and a failed one
+    records nothing."""
+
+    async def one(i: int) -> TransactResult | VersionConflict:
+        try:
+            return await store.transact(
+                room,
+                compares=[Absent("taken")] if i % 5 == 4 else [],
+                writes=[Put(f"doc{i}", i), PutOutcome(f"cmd{i}", {"i": i})],
+                appends=[Append("e", i)] * (1 + i % 3),
+            )
+        except VersionConflict as exc:
+            return exc
+
+    await store.transact(room, writes=[Put("taken", 1)])
+    results = await asyncio.gather(*(one(i) for i in range(20)))
+    snap = await store.read(room, [f"cmd{i}" for i in range(20)])
+    for i, done in enumerate(results):
+        if i % 5 == 4:
+            assert isinstance(done, VersionConflict) and snap.get(f"cmd{i}") is None
+            continue
+        assert isinstance(done, TransactResult)
+        assert snap.value(f"cmd{i}") == {
+            "outcome": {"versions": {f"doc{i}": done.versions[f"doc{i}"]}, "seqs": done.seqs},
+            "i": i,
+        }
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        [PutOutcome("a", {}), PutOutcome("b", {})],
+        [PutOutcome("a", [1])],
+        [PutOutcome("a", {"outcome": 1})],
+    ],
+    ids=["two", "not-an-object", "outcome-field"],
+)
+async def test_a_put_outcome_is_checked(store: Store, room: str, writes: list[Put]) -> None:
+    with pytest.raises(BadRequest):
+        await store.transact(room, writes=writes)
+    assert (await store.read(room, ["a", "b"])).records == {}

@@ -84,15 +84,68 @@ async def test_document_and_event_replay(store: Store, room: str) -> None:
             json={"type": "note", "data": {"n": 1}},
             headers={**alice, "Idempotency-Key": "ev-1"},
         )
-        assert posted.status_code == 201 and posted.json()["replayed"] is False
+        assert posted.status_code == 201
         before = await digest(store, [room])
         again = await c.post(
             f"/v1/rooms/{room}/events",
             json={"type": "note", "data": {"n": 1}},
             headers={**alice, "Idempotency-Key": "ev-1"},
         )
-        assert again.status_code == 201 and again.json() == {"seq": None, "replayed": True}
+        assert again.status_code == 201 and again.json() == posted.json()
         assert await digest(store, [room]) == before
+
+
+async def test_a_replay_after_another_writer_answers_the_first_outcome(
+    store: Store, room: str
+) -> None:
+    """The replayed ETag is the first write's, not the current one, so a write made with
+    it is refused (412) instead of overwriting the other agent's change."""
+    async with client(make_app(store)) as c:
+        alice = await _room(store, c, room)
+        bob = bearer(await token(store, "bob", [room], ["admin"]))
+        url = f"/v1/rooms/{room}/docs/notes"
+        keyed = {**alice, "If-None-Match": "*", "Idempotency-Key": "w1"}
+        first = await c.put(url, json={"value": "alice's"}, headers=keyed)
+        assert first.status_code == 201
+        other = await c.put(url, json={"value": "bob's"}, headers={**bob, "If-Match": "*"})
+        assert other.status_code == 200 and other.headers["ETag"] != first.headers["ETag"]
+        replay = await c.put(url, json={"value": "alice's"}, headers=keyed)
+        assert replay.status_code == 201
+        assert replay.headers["ETag"] == first.headers["ETag"]
+        assert replay.json() == first.json()
+        stale = await c.put(
+            url,
+            json={"value": "alice's again"},
+            headers={**alice, "If-Match": replay.headers["ETag"]},
+        )
+        assert stale.status_code == 412
+        assert (await c.get(url, headers=alice)).json()["value"] == "bob's"
+
+        events = f"/v1/rooms/{room}/events"
+        ev = {**alice, "Idempotency-Key": "e1"}
+        posted = await c.post(events, json={"type": "note", "data": 1}, headers=ev)
+        assert (await c.post(events, json={"type": "note"}, headers=bob)).status_code == 201
+        again = await c.post(events, json={"type": "note", "data": 1}, headers=ev)
+        assert again.json() == posted.json() and isinstance(posted.json()["seq"], int)
+
+
+async def test_idempotency_scopes_cannot_collide(store: Store, room: str) -> None:
+    """Agent ``x`` with key ``y:K`` and agent ``x:y`` with key ``K`` are two commands."""
+    async with client(make_app(store)) as c:
+        x = bearer(await token(store, "x", [room], ["admin"]))
+        xy = bearer(await token(store, "x:y", [room], ["admin"]))
+        assert (await c.post("/v1/rooms", json={"name": room}, headers=x)).status_code == 201
+        url = f"/v1/rooms/{room}/tasks"
+        one = await c.post(
+            url, json={"tasks": [{"id": "a"}]}, headers={**x, "Idempotency-Key": "y:K"}
+        )
+        two = await c.post(
+            url, json={"tasks": [{"id": "b"}]}, headers={**xy, "Idempotency-Key": "K"}
+        )
+        assert one.status_code == 201 and one.json() == {"ready": ["a"]}
+        assert two.status_code == 201 and two.json() == {"ready": ["b"]}
+        plan = (await c.get(url, headers=x)).json()
+        assert sorted(t["id"] for t in plan["tasks"]) == ["a", "b"]
 
 
 async def test_a_malformed_key_is_refused(store: Store, room: str) -> None:

@@ -90,7 +90,9 @@ class Documents:
         (``VersionConflict`` naming the current version otherwise); ``create_only``:
         only if it does not exist (``If-None-Match: *``); ``fence``: only while that
         lease or lock is current (``StaleFence``). Without either condition the write is
-        unconditional. Appends ``doc.written`` to the room's log unless ``event=False``."""
+        unconditional. Appends ``doc.written`` to the room's log unless ``event=False``.
+        With ``command_id``, a repeated call returns the document as the first call wrote
+        it (that version), whatever was written since, and writes nothing."""
         key = keys.doc(check_doc_name(name))
         if if_match is not None and create_only:
             raise BadRequest("if_match and create_only exclude each other")
@@ -122,8 +124,6 @@ class Documents:
             "fence": None if fence is None else [fence.key, fence.fence],
         }
         result = await self._scope.commit(write, request, [key], command_id=command_id)
-        if result.replayed:
-            return await self.get(name)
         return Document(name, value, result.versions[key])
 
     async def delete(self, name: str, *, if_match: int | None = None) -> None:

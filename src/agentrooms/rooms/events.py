@@ -39,7 +39,7 @@ class Events:
 
     async def post(self, type: str, data: JSON = None, *, command_id: str | None = None) -> int:
         """Append an event; returns its sequence number. With ``command_id`` a retried
-        post appends nothing twice (and returns 0 for the replay)."""
+        post appends nothing and returns the sequence number the first one got."""
         keys.check_name(type, "event type")
         if command_id is None:
             return (await self._scope.transact(appends=[Append(type, data)])).seqs[0]
@@ -48,7 +48,7 @@ class Events:
             return Change(appends=[Append(type, data)])
 
         result = await self._scope.commit(append, [type, data], command_id=command_id)
-        return result.seqs[0] if result.seqs else 0
+        return result.seqs[0]
 
     async def read(self, after: int = 0, limit: int = 100) -> list[Event]:
         """Events after ``after`` without any cursor (for resync and tools)."""

@@ -203,6 +203,11 @@ def _handed(writes: Sequence[Write], wanted: object) -> dict[str, Any]:
     return copy.deepcopy(handed)
 
 
+def _acquiring(name: str, owner: str, ttl: float) -> dict[str, Any]:
+    """What a command id of an acquisition stands for (a repeat with another is refused)."""
+    return {"op": "lock.acquire", "lock": name, "owner": owner, "ttl": ttl}
+
+
 def _holder(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
     return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
 
@@ -261,14 +266,21 @@ class Locks:
         *,
         ttl: float = DEFAULT_TTL,
         read: Sequence[str] = (),
-        _token: str | None = None,
+        command_id: str | None = None,
     ) -> Lock:
         """Take the lock now or raise ``LockHeld`` naming the holder. ``read``: records
-        the grant comes with (:meth:`wait_acquire`)."""
+        the grant comes with (:meth:`wait_acquire`). With ``command_id`` the grant is
+        recorded atomically with it: a repeated call returns that grant (token, fence,
+        expiry) as the first call got it, whoever holds the lock now, and takes nothing."""
         keys.check_name(name, "lock name")
         keys.check_name(owner, "owner")
         wanted = _check_read(read)
-        lock = await self._take(name, owner, _check_ttl(ttl), _token or uuid.uuid4().hex)
+        ttl = _check_ttl(ttl)
+        token = uuid.uuid4().hex
+        if command_id is None:
+            lock = await self._take(name, owner, ttl, token)
+        else:
+            lock = await self._take_read(name, owner, ttl, token, command_id=command_id)
         return await self._with_values(lock, wanted)
 
     async def _with_values(self, lock: Lock, wanted: tuple[str, ...]) -> Lock:
@@ -313,13 +325,20 @@ class Locks:
         return await self._take_read(name, owner, ttl, token)
 
     async def _take_read(
-        self, name: str, owner: str, ttl: float, token: str, queued: str | None = None
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        token: str,
+        queued: str | None = None,
+        command_id: str | None = None,
     ) -> Lock:
         """The commit loop's take: read the lock, grant it if free (removing our queue
-        entry ``queued``, if given), raise ``LockHeld`` naming the holder if not."""
+        entry ``queued``, if given), raise ``LockHeld`` naming the holder if not. With
+        ``command_id``, the grant is recorded with it, and a repeat returns it."""
         seen: list[_Seen] = []
 
-        def take(view: View, _: None) -> Change:
+        def take(view: View, _: object) -> Change:
             fence = int((view.get(keys.lock_fence(name)) or {}).get("fence", 0))
             held = view.record(keys.lock(name))
             if held is not None:
@@ -331,16 +350,17 @@ class Locks:
                 writes.append(Delete(queued))
             return Change(writes=writes, result={"holder": holder, "now": view.now})
 
+        record_keys = [keys.lock(name), keys.lock_fence(name), *([queued] if queued else [])]
+        event = None if command_id is None else _acquiring(name, owner, ttl)
         try:
-            done = await self._scope.commit(
-                take, None, [keys.lock(name), keys.lock_fence(name), *([queued] if queued else [])]
-            )
+            done = await self._scope.commit(take, event, record_keys, command_id=command_id)
         except LockHeld:
             self._saw(name, seen[0])
             raise
         now = done.result["now"]
         lock = self._lock(name, done.result["holder"], now + ttl)
-        self._saw_grant(lock, now, done.versions[keys.lock_line(name)])
+        if not done.replayed:  # a replayed grant says nothing of the lock now
+            self._saw_grant(lock, now, done.versions[keys.lock_line(name)])
         return lock
 
     async def acquire(
@@ -378,9 +398,16 @@ class Locks:
         ttl: float = DEFAULT_TTL,
         timeout: float = 30.0,
         read: Sequence[str] = (),
+        command_id: str | None = None,
     ) -> Lock:
         """Queue for the lock (FIFO) and wait up to ``timeout`` seconds for it to be
         handed over; ``LockHeld`` if it was not.
+
+        With ``command_id`` a repeated call returns the grant the first call got (token,
+        fence, expiry), whoever holds the lock now, and takes nothing. An immediate grant
+        is recorded atomically with it; one handed over after a wait is recorded when
+        the handoff reaches the waiter, so a repeat made while the first call still
+        waits, or after it died between the handoff and that record, queues anew.
 
         ``read``: record keys (at most :data:`READ`) whose values the grant comes with,
         in ``lock.values`` (an absent record is left out), as of the grant. A record
@@ -396,16 +423,41 @@ class Locks:
         deadline = time.monotonic() + _check_ttl(timeout, "a wait timeout")
         wanted = _check_read(read)
         token = uuid.uuid4().hex
-        seen = self._seen_of(name)
-        if seen is None or not seen.held:
-            with contextlib.suppress(LockHeld):
-                return await self._with_values(await self._take(name, owner, ttl, token), wanted)
+        if command_id is not None:
+            with contextlib.suppress(LockHeld):  # the first call's grant, or one now
+                lock = await self._take_read(name, owner, ttl, token, command_id=command_id)
+                return await self._with_values(lock, wanted)
+        else:
+            seen = self._seen_of(name)
+            if seen is None or not seen.held:
+                with contextlib.suppress(LockHeld):
+                    lock = await self._take(name, owner, ttl, token)
+                    return await self._with_values(lock, wanted)
 
         async def join(entry: dict[str, Any], queued: str) -> Lock | int:
             return await self._join(name, owner, ttl, token, entry, queued)
 
         lock = await self._queue(name, owner, ttl, token, deadline, join, wanted=wanted)
+        if command_id is not None:
+            lock = await self._record_grant(lock, command_id)
         return await self._with_values(lock, wanted)
+
+    async def _record_grant(self, lock: Lock, command_id: str) -> Lock:
+        """Record a grant handed over after a wait as ``command_id``'s outcome (or, if a
+        repeat recorded one first, return that one's)."""
+        granted = {
+            "holder": _holder(lock.owner, lock.token, lock.fence, lock.ttl),
+            "now": lock.expires_at - lock.ttl,
+        }
+
+        def record(view: View, _: object) -> Change:
+            return Change(result=granted)
+
+        event = _acquiring(lock.name, lock.owner, lock.ttl)
+        done = await self._scope.commit(record, event, command_id=command_id)
+        if done.result == granted:
+            return lock
+        return self._lock(lock.name, done.result["holder"], done.result["now"] + lock.ttl)
 
     async def requeue(
         self,

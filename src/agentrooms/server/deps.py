@@ -120,8 +120,10 @@ def act_as(principal: Principal, agent: str | None) -> str:
 
 
 def command_id(principal: Principal, key: str | None) -> str | None:
-    """An ``Idempotency-Key`` as the library's command id, scoped to the agent."""
-    return None if key is None else f"{principal.agent}:{key}"
+    """An ``Idempotency-Key`` as the library's command id, scoped to the agent. The
+    agent's name is length-prefixed, so no two (agent, key) pairs share an id even where
+    names and keys contain the separator (``x`` with ``y:K`` and ``x:y`` with ``K``)."""
+    return None if key is None else f"{len(principal.agent)}:{principal.agent}:{key}"
 
 
 # One alias per scope, for route signatures: ``access: DocsRead``.

@@ -199,8 +199,7 @@ class EventIn(In):
 
 
 class Posted(BaseModel):
-    seq: int | None = Field(description="the event's sequence number; null on a replay")
-    replayed: bool
+    seq: int = Field(description="the event's sequence number (a replay answers the first call's)")
 
 
 class EventOut(BaseModel):

@@ -169,6 +169,21 @@ class Put:
 
 
 @dataclass(frozen=True, slots=True)
+class PutOutcome(Put):
+    """A :class:`Put` of a JSON object to which the store adds, atomically with the rest
+    of the transact, what the transact did: the field ``outcome`` holds
+    ``{"versions": {key: new version, ...}, "seqs": [seq, ...]}``, the versions of the
+    transact's other puts and the sequence numbers of its appends, as its
+    :class:`TransactResult` reports them. A recorded command outcome uses it, so that a
+    replay can answer with the versions and sequence numbers the store assigned. At most
+    one per transact; ``value`` must be an object with no ``outcome`` field."""
+
+
+OUTCOME_FIELD = "outcome"
+"""The field of a :class:`PutOutcome` value that the store fills in."""
+
+
+@dataclass(frozen=True, slots=True)
 class Delete:
     """Remove the record; deleting an absent record is not an error."""
 
@@ -214,6 +229,7 @@ class PreparedWrite:
     key: str
     value_json: str | None
     ttl_ms: int | None = None
+    outcome: bool = False  # a PutOutcome: the store adds the transact's outcome to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +395,7 @@ def prepare_transact(
     prepared: list[PreparedWrite] = []
     set_ops: list[PreparedSetOp] = []
     seen: set[str] = set()
+    outcome = False
     for w in write_list:
         if isinstance(w, SetAdd | SetRemove):
             name = check_key(w.name, limits)
@@ -391,9 +408,16 @@ def prepare_transact(
         if key in seen:
             raise BadRequest(f"key {key!r} is written twice in one transact")
         seen.add(key)
+        if isinstance(w, PutOutcome):
+            if outcome:
+                raise BadRequest("a transact holds at most one PutOutcome")
+            if not isinstance(w.value, dict) or OUTCOME_FIELD in w.value:
+                raise BadRequest(f"a PutOutcome value is an object without {OUTCOME_FIELD!r}")
+            outcome = True
         if isinstance(w, Put):
             text = encode_json(w.value, f"value of {key!r}", limits.max_value_bytes)
-            prepared.append(PreparedWrite(key, text, ttl_to_ms(w.ttl)))
+            flag = isinstance(w, PutOutcome)
+            prepared.append(PreparedWrite(key, text, ttl_to_ms(w.ttl), flag))
         else:
             prepared.append(PreparedWrite(key, None))
     events: list[PreparedAppend] = []
@@ -435,6 +459,15 @@ def check_compares(
             conflicts[c.key] = version
     if conflicts:
         raise VersionConflict(conflicts)
+
+
+def with_outcome(value_json: str, versions: Mapping[str, int], seqs: Sequence[int]) -> str:
+    """The JSON text of a :class:`PutOutcome` value (``value_json``, an object) with the
+    transact's outcome added: the versions of its puts other than the outcome record's
+    own, and the sequence numbers of its appends."""
+    done = json.dumps({"versions": dict(versions), "seqs": list(seqs)}, ensure_ascii=False)
+    rest = "}" if value_json == "{}" else "," + value_json[1:]
+    return f'{{"{OUTCOME_FIELD}":{done}{rest}'
 
 
 def settle(future: asyncio.Future[Any], outcome: object) -> None:

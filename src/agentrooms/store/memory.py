@@ -37,6 +37,7 @@ from agentrooms.store.base import (
     check_compares,
     decode_json,
     ms_to_s,
+    with_outcome,
 )
 
 
@@ -190,6 +191,11 @@ class MemoryStore(Store):
             state.seq += 1
             state.log.append((state.seq, a.type, a.data_json, now_ms))
             seqs.append(state.seq)
+        for w in ops.writes:
+            if w.outcome:
+                row = state.rows[w.key]
+                others = {k: v for k, v in versions.items() if k != w.key}
+                row.value_json = with_outcome(row.value_json, others, seqs)
         if seqs and state.changed is not None:
             state.changed.set()
             state.changed = None

@@ -11,7 +11,6 @@ a call whose answer was lost applies nothing twice.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -480,7 +479,7 @@ class RoomTools:
 
         async def body(principal: Principal, r: Room) -> Body:
             seq = await r.events.post(type, data, command_id=command_id(principal, request_id))
-            return {"seq": seq} if seq else {"replayed": True}
+            return {"seq": seq}
 
         return await self.run(ctx, room, "events:write", body)
 
@@ -575,33 +574,13 @@ class RoomTools:
         wait: float,
         request_id: str | None,
     ) -> Lock:
-        locks = r.locks
-        if request_id is None:
-            if wait > 0:
-                timeout = min(wait, self.limits.max_lock_wait)
-                return await locks.wait_acquire(name, principal.agent, ttl=ttl, timeout=timeout)
-            return await locks.try_acquire(name, principal.agent, ttl=ttl)
-        # A request id names the grant: its token is derived from it, so a repeated call
-        # finds its own grant on the holder record instead of taking the lock twice. (A
-        # grant that had to queue gets a fresh token: only an immediate grant is replayed.)
-        seed = f"{r.name}\0{principal.agent}\0{name}\0{request_id}".encode()
-        token = hashlib.sha256(seed).hexdigest()[:32]
-        try:
-            return await locks.try_acquire(name, principal.agent, ttl=ttl, _token=token)
-        except LockHeld:
-            key = room_keys.lock(name)
-            snap = await r.scope.read([key])
-            held = snap.get(key)
-            if held is not None and held.value.get("token") == token:
-                value = held.value
-                expires = held.expires_at if held.expires_at is not None else snap.now
-                return Lock(
-                    r.name, name, value["owner"], token, value["fence"], expires, value["ttl"]
-                )
-            if wait <= 0:
-                raise
-        timeout = min(wait, self.limits.max_lock_wait)
-        return await locks.wait_acquire(name, principal.agent, ttl=ttl, timeout=timeout)
+        locks, cmd = r.locks, command_id(principal, request_id)
+        if wait > 0:
+            timeout = min(wait, self.limits.max_lock_wait)
+            return await locks.wait_acquire(
+                name, principal.agent, ttl=ttl, timeout=timeout, command_id=cmd
+            )
+        return await locks.try_acquire(name, principal.agent, ttl=ttl, command_id=cmd)
 
     async def release_lock(
         self,

@@ -51,7 +51,7 @@ async def post_event(access: EventsWrite, body: EventIn, key: IdempotencyKey = N
     seq = await access.room.events.post(
         body.type, body.data, command_id=command_id(access.principal, key)
     )
-    return Posted(seq=seq or None, replayed=seq == 0)
+    return Posted(seq=seq)
 
 
 @router.get("", summary="Events after a position (no cursor)", responses=errors(410))

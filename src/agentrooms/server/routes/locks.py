@@ -18,7 +18,14 @@ from agentrooms.errors import Forbidden, StaleFence
 from agentrooms.rooms import Lock, Room
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.locks import DEFAULT_TTL
-from agentrooms.server.deps import LocksWrite, RoomsRead, act_as, limits_of
+from agentrooms.server.deps import (
+    IdempotencyKey,
+    LocksWrite,
+    RoomsRead,
+    act_as,
+    command_id,
+    limits_of,
+)
 from agentrooms.server.models import (
     NAME_PATTERN,
     AcquireIn,
@@ -57,21 +64,26 @@ async def holder(access: RoomsRead, name: LockName) -> LockState:
 
 
 @router.post(
-    "/{name}/acquire", summary="Take the lock, or queue for it up to `wait`", responses=errors(409)
+    "/{name}/acquire",
+    summary="Take the lock, or queue for it up to `wait`",
+    responses=errors(409, 422),
 )
 async def acquire(
     request: Request,
     access: LocksWrite,
     name: LockName,
     body: Annotated[AcquireIn | None, Body()] = None,
+    key: IdempotencyKey = None,
 ) -> LockOut:
     body = body or AcquireIn()
     agent = act_as(access.principal, body.agent)
     wait = min(body.wait, limits_of(request).max_lock_wait)
-    locks = access.room.locks
+    locks, cmd = access.room.locks, command_id(access.principal, key)
     if wait > 0:
-        return _out(await locks.wait_acquire(name, agent, ttl=body.ttl, timeout=wait))
-    return _out(await locks.try_acquire(name, agent, ttl=body.ttl))
+        return _out(
+            await locks.wait_acquire(name, agent, ttl=body.ttl, timeout=wait, command_id=cmd)
+        )
+    return _out(await locks.try_acquire(name, agent, ttl=body.ttl, command_id=cmd))
 
 
 async def _grant(room: Room, name: str, agent: str, token: str) -> Record | None:

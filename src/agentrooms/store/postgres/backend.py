@@ -397,7 +397,12 @@ class PostgresStore(Store):
     ) -> list[TransactResult | VersionConflict | StaleFence]:
         """Run independent transacts of ``room`` in one statement, in order, each all or
         nothing: each one's result, or the compare failure it raises."""
-        [row] = await self._fetch("transact", room, *_batch_args(batch))
+        args = _batch_args(batch)
+        outcome_keys = [next((w.key for w in ops.writes if w.outcome), None) for ops in batch]
+        if any(outcome_keys):
+            [row] = await self._fetch("transact_recording", room, *args, outcome_keys)
+        else:
+            [row] = await self._fetch("transact", room, *args)
         conflicts: dict[int, dict[str, int | None]] = {}
         for item, key, version in zip(
             row["conflict_items"] or (),

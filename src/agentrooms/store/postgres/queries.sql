@@ -54,6 +54,14 @@ SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18);
 
+-- name: transact_recording
+-- transact, for a batch some of whose items record their outcome ($19: per item, the
+-- key of its outcome record or NULL): see transact_recording() in schema.sql.
+SELECT now, versions, first_seqs, stale_at, stale_current,
+       conflict_items, conflict_keys, conflict_versions
+  FROM transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                          $17, $18, $19);
+
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
 -- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5. One row:

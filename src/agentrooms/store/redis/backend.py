@@ -136,7 +136,8 @@ def compare_arg(c: Compare) -> str:
 
 
 def put_options(w: PreparedWrite) -> str:
-    """A put's options as ``transact.lua`` takes them: ``t<ttl ms>`` and ``f<fence>``.
+    """A put's options as ``transact.lua`` takes them: ``t<ttl ms>``, ``f<fence>`` and
+    ``o`` (a :class:`~agentrooms.store.base.PutOutcome`).
 
     The fence is decoded only from a top-level object with a ``"fence":`` member; for
     any other value this is a substring test.
@@ -146,9 +147,12 @@ def put_options(w: PreparedWrite) -> str:
     fence = 0
     if text.startswith("{") and '"fence":' in text:
         fence = fence_of(json.loads(text))
-    if w.ttl_ms is None:
-        return f"f{fence}" if fence else ""
-    return f"t{w.ttl_ms} f{fence}" if fence else f"t{w.ttl_ms}"
+    options = [f"t{w.ttl_ms}"] if w.ttl_ms is not None else []
+    if fence:
+        options.append(f"f{fence}")
+    if w.outcome:
+        options.append("o")
+    return " ".join(options)
 
 
 def set_op_arg(add: bool, member: str) -> str:

@@ -14,9 +14,13 @@
 --   then per compare, 1 each: 'v<version>' version equals | 'a' absent | 'p' present |
 --                             'f<fence>' fence at most (decimal integers, >= 0)
 --   then per write, 3 each:  name, value JSON ('' = delete: JSON text is never empty),
---                             options: '' or space-separated 't<ttl ms>' and 'f<fence>'
+--                             options: '' or space-separated 't<ttl ms>', 'f<fence>'
 --                             (the value's fencing token when not 0, computed by the
 --                             caller with agentrooms' fence_of and stored as field f)
+--                             and 'o': the value is a JSON object to which the field
+--                             "outcome" is added, {"versions": {name: version, ...},
+--                             "seqs": [seq, ...]}, the other puts' versions and the
+--                             appends' sequence numbers (at most one write has it)
 --   then per set op, 1 each: '+<member>' add (a member already there keeps its pick
 --                             order) | '-<member>' remove (a member added again later is
 --                             never-picked again)
@@ -88,6 +92,28 @@ if puts > 0 then version = redis.call('HINCRBY', meta, 'ver', puts) - puts end
 local seq = 0
 if A > 0 then seq = redis.call('HINCRBY', meta, 'seq', A) - A end
 
+-- the outcome record's value, now that every version and seq given is known
+local outcome, recorded = nil, nil
+for j = 1, W do
+  if string.find(ARGV[w0 + 3 * j], 'o', 1, true) then outcome = j end
+end
+if outcome then
+  local versions, given, seqs = {}, version, {}
+  for j = 1, W do
+    if ARGV[w0 + 3 * j - 1] ~= '' then
+      given = given + 1
+      if j ~= outcome then
+        versions[#versions + 1] = cjson.encode(ARGV[w0 + 3 * j - 2]) .. ':' .. int(given)
+      end
+    end
+  end
+  for j = 1, A do seqs[j] = int(seq + j) end
+  local value, rest = ARGV[w0 + 3 * outcome - 1], '}'
+  if value ~= '{}' then rest = ',' .. string.sub(value, 2) end
+  recorded = '{"outcome":{"versions":{' .. table.concat(versions, ',') .. '},"seqs":['
+    .. table.concat(seqs, ',') .. ']}' .. rest
+end
+
 -- appends first: XADD is the one write that could be refused (an ID below the top)
 local stamp = int(now)
 for j = 1, A do
@@ -104,6 +130,7 @@ for j = 1, W do
     redis.call('ZREM', index, name)
   else
     given = given + 1
+    if j == outcome then value = recorded end
     local fields = {'v', value, 'n', int(given)}
     local at, fence = nil, nil
     if options ~= '' then

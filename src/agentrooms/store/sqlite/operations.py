@@ -38,6 +38,7 @@ from agentrooms.store.base import (
     check_compares,
     decode_json,
     ms_to_s,
+    with_outcome,
 )
 from agentrooms.store.sqlite.sql import QUERIES
 
@@ -176,6 +177,11 @@ class Operations:
         if ops.set_ops:
             self._set_ops(room, ops.set_ops)
         seqs = self._append(room, ops.appends, now_ms) if ops.appends else []
+        for w in ops.writes:
+            if w.outcome:  # written with its final value once the seqs are known
+                others = {k: v for k, v in versions.items() if k != w.key}
+                text = with_outcome(w.value_json or "{}", others, seqs)
+                self._put(room, w.key, text, w.ttl_ms, now_ms, versions)
         return TransactResult(versions, seqs, now_ms / 1000.0)
 
     def _current(
@@ -204,12 +210,23 @@ class Operations:
         for w in writes:
             if w.value_json is None:
                 execute(q["transact_delete"], {"room": room, "key": w.key})
-                continue
-            version = versions[w.key] = self._next_version()
-            expires_ms = None if w.ttl_ms is None else now_ms + w.ttl_ms
-            row = {"room": room, "key": w.key, "value": w.value_json, "version": version}
-            execute(q["transact_put"], {**row, "expires_ms": expires_ms})
+            elif not w.outcome:
+                self._put(room, w.key, w.value_json, w.ttl_ms, now_ms, versions)
         return versions
+
+    def _put(
+        self,
+        room: str,
+        key: str,
+        value_json: str,
+        ttl_ms: int | None,
+        now_ms: int,
+        versions: dict[str, int],
+    ) -> None:
+        version = versions[key] = self._next_version()
+        expires_ms = None if ttl_ms is None else now_ms + ttl_ms
+        row = {"room": room, "key": key, "value": value_json, "version": version}
+        self._conn.execute(self._q["transact_put"], {**row, "expires_ms": expires_ms})
 
     def _purge_expired(self, room: str, now_ms: int) -> None:
         """Delete a few rows of the room that have expired, once per write transaction
