@@ -138,6 +138,8 @@ def doctor(url: UrlOption = DEFAULT_URL) -> None:
         table.add_row("backend", info.backend)
         table.add_row("url", info.url)
         table.add_row("store clock", f"{snap.now:.3f}")
+        if "clock" in info.details:
+            table.add_row("expiry judged by", str(info.details["clock"]))
         table.add_row("durability", info.durability)
         console.print(table)
         for warning in info.warnings:
