@@ -2,8 +2,11 @@
 
 Open one with ``await open_store("sqlite:///agentrooms.db")`` (URL options in
 :mod:`.config`). Any number of processes may open the same file; SQLite serialises their
-writes (``BEGIN IMMEDIATE``) and the engine retries a busy database for up to
-``retry_for`` seconds before raising :class:`~agentrooms.errors.StoreUnavailable`.
+writes (``BEGIN IMMEDIATE``) and the engine retries a busy database for up to the URL's
+``timeout`` seconds before raising :class:`~agentrooms.errors.StoreUnavailable`. Every
+process checks its clock, by which it judges expiry, against the file system holding the
+database, and is refused with :class:`~agentrooms.errors.ClockSkew` while it disagrees
+(:mod:`.clock`).
 
 Operations run on a thread that owns the connection (:mod:`.worker`), one per database
 file per process (:mod:`.pool`); the SQL is in ``queries.sql``, run by
