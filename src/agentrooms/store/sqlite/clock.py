@@ -50,7 +50,7 @@ def file_clock_offset(directory: str, clock: Callable[[], float]) -> float:
 
 def describe(offset: float) -> str:
     """``offset`` in words: ``3600.000 s ahead of``."""
-    return f"{abs(offset):.3f} s {'ahead of' if offset > 0 else 'behind'}"
+    return f"{abs(offset):.3f} s {'ahead of' if offset >= 0 else 'behind'}"
 
 
 class ClockCheck:
