@@ -20,6 +20,11 @@ engine checks at open, then at most every :data:`CHECK_INTERVAL` seconds, and at
 when its clock steps against its monotonic clock (so a clock set wrong while running is
 caught before its next call, not a second later).
 
+What this cannot see: a tool that shifts the file times a process reads by the same
+amount as its clock (libfaketime built with ``FAKE_STAT``; Debian's is not), and hosts
+sharing the file over a network file system (SQLite's WAL mode does not support that:
+its processes share memory, so they share a machine).
+
 A file system that stamps no times (some FUSE or network file systems) would refuse
 every process: ``?max_clock_skew=off`` turns the check off, and then each process judges
 expiry by its own clock.
