@@ -7,6 +7,7 @@ from agentrooms.commit import Change, CommitResult, Intent, View, Where, apply_i
 from agentrooms.errors import (
     AgentroomsError,
     BadRequest,
+    ClockSkew,
     ContentionExhausted,
     CursorCompacted,
     Forbidden,
@@ -63,6 +64,7 @@ __all__ = [
     "Append",
     "BadRequest",
     "Change",
+    "ClockSkew",
     "CommitResult",
     "ContentionExhausted",
     "CursorCompacted",

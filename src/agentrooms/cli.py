@@ -323,6 +323,8 @@ def doctor(url: UrlOption = DEFAULT_URL) -> None:
         table.add_row("backend", info.backend)
         table.add_row("url", literal(info.url))
         table.add_row("store clock", f"{snap.now:.3f}")
+        if "clock" in info.details:
+            table.add_row("expiry judged by", literal(str(info.details["clock"])))
         table.add_row("durability", literal(info.durability))
         console.print(table)
         for warning in info.warnings:

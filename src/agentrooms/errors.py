@@ -13,7 +13,9 @@ The tree::
      │    └── LockHeld
      ├── RateLimited                     a limit declined the call: wait ``retry_after``
      ├── StoreUnavailable                transport/store failure, outcome may be unknown:
-     │                                   retry the *same* idempotent command
+     │    │                              retry the *same* idempotent command
+     │    └── ClockSkew                  this process's clock disagrees with the store's:
+     │                                   fix the clock (nothing was done)
      ├── CursorCompacted                 the log was trimmed past the cursor: resync
      └── RequestError                    the call itself is wrong: fix it
           ├── BadRequest
@@ -34,6 +36,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AgentroomsError",
     "BadRequest",
+    "ClockSkew",
     "ContentionExhausted",
     "CursorCompacted",
     "Forbidden",
@@ -168,6 +171,22 @@ class StoreUnavailable(AgentroomsError):
 
     code = "store_unavailable"
     http_status = 503
+
+
+class ClockSkew(StoreUnavailable):
+    """This process's clock differs from the one clock the store judges expiry by by
+    more than the stated tolerance, so the store refuses the call (it did nothing): a
+    wrong clock would take live leases and locks, or write ones already expired.
+    ``offset`` is seconds ahead (negative: behind); ``tolerance`` the bound."""
+
+    code = "clock_skew"
+
+    def __init__(self, message: str, offset: float, tolerance: float) -> None:
+        self.offset, self.tolerance = offset, tolerance
+        super().__init__(message)
+
+    def details(self) -> dict[str, Any]:
+        return {"clock_offset": self.offset, "clock_tolerance": self.tolerance}
 
 
 class CursorCompacted(AgentroomsError):

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
 
 from agentrooms.errors import CursorCompacted
 from agentrooms.store.base import (
@@ -39,6 +40,7 @@ from agentrooms.store.base import (
     ms_to_s,
     with_outcome,
 )
+from agentrooms.store.params import check_names
 
 
 @dataclass(slots=True)
@@ -120,7 +122,10 @@ class MemoryStore(Store):
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``BadRequest`` for a URL with parameters: ``memory://`` takes none (no
+        timeouts either: every call completes without waiting)."""
         super().__init__(url, limits)
+        check_names("memory", [k for k, _ in parse_qsl(urlsplit(url).query, True)], ())
         self.clock = clock
         self._rooms: dict[str, _Room] = {}
         self._version = 0
@@ -282,6 +287,7 @@ class MemoryStore(Store):
             url=self.url,
             durability="none: state lives in this process and is lost when it exits",
             warnings=["memory:// keeps nothing: use it for tests, not for agents"],
+            details={"clock": "this process's clock (the only process with the state)"},
         )
 
     async def _close(self) -> None:

@@ -26,6 +26,15 @@ URL query parameters of our own, removed before the rest reaches asyncpg:
 * ``schema`` (default ``agentrooms``): the PostgreSQL schema holding the store, so that
   several stores can share a database. Created and migrated by :meth:`open`.
 * ``pool_size`` (default 10): the most connections this store opens.
+* ``connect_timeout`` (seconds, default 10): opening one connection.
+* ``timeout`` (seconds, default 30): one call, waiting for a free connection and then
+  for its statement's reply (a call that must open a connection may also take
+  ``connect_timeout`` for that). A statement past it is cancelled on the server and the
+  call raises ``StoreUnavailable``; for a write, its outcome is unknown.
+
+The libpq parameters asyncpg reads (``sslmode``, ``passfile``, ...: :data:`DRIVER_PARAMETERS`)
+go to asyncpg; any other parameter is a ``BadRequest`` at open, naming it and the
+accepted ones (asyncpg would send it to the server as a setting, failing the connection).
 
 Durability: a transact returns after its commit, which survives a crash when the server
 runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns
@@ -70,12 +79,15 @@ from agentrooms.store.base import (
     decode_json,
     settle,
 )
+from agentrooms.store.params import check_names, seconds
 from agentrooms.store.postgres.listener import Listener
 from agentrooms.store.postgres.pool import ConnectionPool
 from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
 
 DEFAULT_SCHEMA = "agentrooms"
 DEFAULT_POOL_SIZE = 10
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds to open a connection
+DEFAULT_TIMEOUT = 30.0  # seconds a call may wait for a connection and its statement
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
 _RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
@@ -105,15 +117,60 @@ def _driver_errors(what: str) -> Iterator[None]:
         raise BadRequest(f"PostgreSQL rejected the input of {what}: {exc}") from exc
     except asyncpg.ClientConfigurationError as exc:
         raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"PostgreSQL {what} timed out ({exc or 'no reply within the timeout'}; the URL's "
+            "timeout and connect_timeout set the bounds): the outcome of a write is unknown"
+        ) from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _parse_url(url: str) -> tuple[str, str, int]:
-    """Split our own query parameters off ``url``: (asyncpg DSN, schema, pool size)."""
+DRIVER_PARAMETERS = (
+    "host",
+    "port",
+    "dbname",
+    "database",
+    "user",
+    "password",
+    "passfile",
+    "service",
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+    "sslnegotiation",
+    "sslcrl",
+    "sslpassword",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "target_session_attrs",
+    "krbsrvname",
+    "gsslib",
+)
+"""The libpq connection parameters asyncpg reads from a URL (it would send any other to
+the server as a session setting, which fails the connection)."""
+
+PARAMETERS = ("schema", "pool_size", "connect_timeout", "timeout", *DRIVER_PARAMETERS)
+"""Every URL parameter a PostgreSQL store accepts; any other is a ``BadRequest``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresConfig:
+    dsn: str  # the URL for asyncpg, without our own parameters
+    schema: str = DEFAULT_SCHEMA
+    pool_size: int = DEFAULT_POOL_SIZE
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def _parse_url(url: str) -> PostgresConfig:
+    """Our own query parameters, split off ``url``, and the DSN for asyncpg with the
+    rest; ``BadRequest`` for an unknown parameter or a bad value (before any IO)."""
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in params if k in ("schema", "pool_size")}
+    own = {k: v for k, v in params if k in PARAMETERS[:4]}
+    check_names("postgresql", (k for k, _ in params), PARAMETERS)
     rest = [(k, v) for k, v in params if k not in own]
     schema = own.get("schema", DEFAULT_SCHEMA)
     if not _SCHEMA_NAME.match(schema):
@@ -122,7 +179,13 @@ def _parse_url(url: str) -> tuple[str, str, int]:
     if not size.isdigit() or not 1 <= int(size) <= 1000:
         raise BadRequest(f"pool_size {size!r} must be an integer from 1 to 1000")
     dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    return dsn, schema, int(size)
+    return PostgresConfig(
+        dsn,
+        schema,
+        int(size),
+        seconds(own, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        seconds(own, "timeout", DEFAULT_TIMEOUT),
+    )
 
 
 def _redact(url: str) -> str:
@@ -293,11 +356,12 @@ class PostgresStore(Store):
         limits: Limits | None = None,
         *,
         pool: ConnectionPool,
-        schema: str,
+        config: PostgresConfig,
         listener: Listener,
     ) -> None:
         super().__init__(url, limits)
-        self.schema = schema
+        self.config = config
+        self.schema = config.schema
         self._pool = pool
         self._listener = listener
         # Rooms with an appending transact in flight -> the ones queued behind it.
@@ -307,9 +371,16 @@ class PostgresStore(Store):
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         """Connect, then create or migrate the schema (safe from many processes at once)."""
-        dsn, schema, pool_size = _parse_url(url)
-        connect = functools.partial(asyncpg.connect, dsn, server_settings=_session_settings(schema))
-        pool = ConnectionPool(connect, pool_size)
+        config = _parse_url(url)
+        schema = config.schema
+        connect = functools.partial(
+            asyncpg.connect,
+            config.dsn,
+            server_settings=_session_settings(schema),
+            timeout=config.connect_timeout,
+            command_timeout=config.timeout,  # every statement but the pool's own calls
+        )
+        pool = ConnectionPool(connect, config.pool_size, config.timeout)
         try:
             with _driver_errors("connect and migrate"):
                 async with pool.acquire() as conn:
@@ -319,7 +390,7 @@ class PostgresStore(Store):
                 await pool.close()
             raise
         listener = Listener(connect, QUERIES["notify_channel"].sql)
-        return cls(url, limits, pool=pool, schema=schema, listener=listener)
+        return cls(url, limits, pool=pool, config=config, listener=listener)
 
     async def _fetch(self, name: str, *args: object) -> list[Any]:
         with _driver_errors(name):
@@ -562,6 +633,9 @@ class PostgresStore(Store):
             **settings,
             "schema": self.schema,
             "pool_size": self._pool.size,
+            "connect_timeout": self.config.connect_timeout,
+            "timeout": self.config.timeout,
+            "clock": "the PostgreSQL server's clock",
             "listening": self._listener.listening,
         }
         return StoreInfo(self.backend, _redact(self.url), durability, warnings, details)

@@ -11,7 +11,10 @@ session and re-arms a timer), and the store's calls are short statements. This p
   cancelled call), since its state is then unknown: it is closed in the background, which
   first lets asyncpg's cancel request reach the server, so that a statement whose caller
   gave up is interrupted rather than left to commit unobserved;
-* on :meth:`close`, closes the idle connections, and the busy ones as they come back.
+* on :meth:`close`, closes the idle connections, and the busy ones as they come back;
+* bounds each :meth:`fetch` by ``timeout`` seconds: the wait for a free connection and
+  then the statement (asyncpg's own timeout, which also asks the server to cancel it);
+  opening a connection has its own timeout (``connect``'s), not counted against it.
 
 Errors are the driver's (``asyncpg.InterfaceError`` once closed); the backend translates
 them at its one seam.
@@ -30,8 +33,14 @@ _CLOSE_TIMEOUT = 10.0  # seconds a retired connection gets to close before it is
 
 
 class ConnectionPool:
-    def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], size: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        size: int,
+        timeout: float | None = None,
+    ) -> None:
         self.size = size
+        self.timeout = timeout  # seconds a fetch may take (None: as long as it takes)
         self._connect = connect
         self._slots = asyncio.Semaphore(size)
         self._idle: list[asyncpg.Connection] = []
@@ -51,16 +60,37 @@ class ConnectionPool:
             await self._give_back(conn)
 
     async def fetch(self, query: str, *args: object) -> list[Any]:
-        """Run one statement on an idle connection (``acquire`` inlined: the hot path)."""
-        async with self._slots:
-            conn = await self._take()
+        """Run one statement on an idle connection (``acquire`` inlined: the hot path),
+        within :attr:`timeout` (``TimeoutError`` past it: for a write, outcome unknown)."""
+        timeout = self.timeout
+        if timeout is None:
+            async with self._slots:
+                return await self._fetch(query, args, None)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        if self._slots.locked():
             try:
-                rows: list[Any] = await conn.fetch(query, *args)
-            except BaseException:
-                self._retire(conn)
-                raise
-            await self._give_back(conn)
-            return rows
+                await asyncio.wait_for(self._slots.acquire(), timeout)
+            except TimeoutError as exc:
+                raise TimeoutError(f"no connection came free within {timeout:g} s") from exc
+        else:
+            await self._slots.acquire()  # at once
+        try:
+            return await self._fetch(query, args, max(0.001, timeout - (loop.time() - start)))
+        finally:
+            self._slots.release()
+
+    async def _fetch(
+        self, query: str, args: tuple[object, ...], timeout: float | None
+    ) -> list[Any]:
+        conn = await self._take()
+        try:
+            rows: list[Any] = await conn.fetch(query, *args, timeout=timeout)
+        except BaseException:
+            self._retire(conn)
+            raise
+        await self._give_back(conn)
+        return rows
 
     async def close(self) -> None:
         self._closed = True

@@ -2,7 +2,7 @@
 
 Open with ``redis://host:port/db?prefix=NAME`` (or ``rediss://`` for TLS). ``prefix``
 (default ``ar``) namespaces every key, so deployments and test runs can share a server;
-every other query parameter goes to redis-py. The key layout is in
+the other query parameters go to redis-py. The key layout is in
 :mod:`agentrooms.store.redis.keys`; each script's KEYS, ARGV and reply are documented at
 the top of its ``.lua`` file next to this module.
 
@@ -30,8 +30,9 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   made while nothing is in flight is written at once; calls made while others are in
   flight go out together at the end of the event loop's turn, in one write. Concurrent
   callers share one connection, one write per turn and one read per burst of replies.
-* Each reply is due within ``socket_timeout`` (default 5 s) of its command, and a dial
-  that a call needs first within ``socket_connect_timeout`` (default: the same). A wire
+* Each reply is due within ``timeout`` (default 5 s) of its command, and a dial that a
+  call needs first within ``connect_timeout`` (default: ``timeout``); redis-py's names
+  ``socket_timeout`` and ``socket_connect_timeout`` say the same. A wire
   whose reply does not come in time is closed (one timer per wire, not one per call) and
   the next call dials a new one; every call waiting on it fails at once. Every failure
   is ``StoreUnavailable`` with the cause chained, outcome unknown: nothing is retried
@@ -42,22 +43,28 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   left mid-BLOCK never serves anything else: it is closed unless both replies were read.
   At most ``max_connections`` (default 100) at once; waiters beyond that queue, their
   queueing counted against their own timeout. The read is bounded by the watch's timeout
-  plus ``socket_timeout``.
+  plus ``timeout``.
+
+URL parameters: ``prefix``, ``timeout``, ``connect_timeout`` and the redis-py ones
+agentrooms' connections apply (:data:`PARAMETERS`); any other is a ``BadRequest`` at open,
+naming it and the accepted ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from importlib import resources
 from typing import Any, Self, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -87,13 +94,18 @@ from agentrooms.store.base import (
     fence_of,
     seen,
 )
+from agentrooms.store.params import check_names, seconds
 from agentrooms.store.redis.durability import judge
 from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a reply may take (and a dial, unless the URL says otherwise), unless the URL
-gives ``socket_timeout``."""
+gives ``timeout`` (or ``socket_timeout``)."""
+
+SSL_PARAMETERS = tuple(
+    name for name in inspect.signature(SSLConnection.__init__).parameters if name.startswith("ssl_")
+)
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
@@ -248,6 +260,48 @@ def _text(value: object) -> str:
 # ------------------------------------------------------------------------- the store
 
 
+PARAMETERS = (
+    "prefix",
+    "timeout",
+    "connect_timeout",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "db",
+    "username",
+    "password",
+    "client_name",
+    "max_connections",
+    *SSL_PARAMETERS,
+)
+"""The URL parameters a Redis store accepts (any other is a ``BadRequest`` at open):
+ours, then redis-py's that agentrooms' connections apply (``ssl_*`` on ``rediss://``)."""
+
+
+def _timeouts(url: str) -> tuple[str, float, float]:
+    """Check the URL's parameter names and take its timeouts off it: (the URL for
+    redis-py, seconds a reply may take, seconds a dial may take). ``timeout`` and
+    ``connect_timeout`` are also accepted as redis-py's ``socket_timeout`` and
+    ``socket_connect_timeout``; the connect timeout defaults to the reply timeout."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    given = dict(params)
+    check_names("redis", given, PARAMETERS)
+    found: list[float | None] = []
+    for ours, theirs in (
+        ("timeout", "socket_timeout"),
+        ("connect_timeout", "socket_connect_timeout"),
+    ):
+        if ours in given and theirs in given:
+            raise BadRequest(f"give {ours} or {theirs} in a Redis URL, not both")
+        name = ours if ours in given else theirs
+        found.append(seconds(given, name, DEFAULT_TIMEOUT) if name in given else None)
+    timeout = DEFAULT_TIMEOUT if found[0] is None else found[0]
+    connect = timeout if found[1] is None else found[1]
+    taken = {"timeout", "socket_timeout", "connect_timeout", "socket_connect_timeout"}
+    rest = urlencode([(k, v) for k, v in params if k not in taken])
+    return urlunsplit(parts._replace(query=rest)), timeout, connect
+
+
 def _unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"redis: {type(exc).__name__}: {exc}")
 
@@ -259,12 +313,12 @@ class RedisStore(Store):
     def __init__(self, url: str, limits: Limits | None = None) -> None:
         super().__init__(url, limits)
         driver_url, self.prefix = split_url(url)
+        driver_url, self.timeout, self.connect_timeout = _timeouts(driver_url)
         try:
             options: dict[str, Any] = dict(parse_url(driver_url))
         except ValueError as exc:
             raise BadRequest(f"not a usable Redis URL {redact_url(url)!r}: {exc}") from exc
-        self.timeout = float(options.get("socket_timeout", DEFAULT_TIMEOUT))
-        options.setdefault("socket_connect_timeout", self.timeout)
+        options["socket_connect_timeout"] = self.connect_timeout
         # ours, whatever the URL says: one deadline per call, no retries, bytes replies
         options.update(socket_timeout=None, retry=Retry(NoBackoff(), 0), decode_responses=False)
         pool = ConnectionPool(**options)
@@ -335,7 +389,7 @@ class RedisStore(Store):
 
     async def _send(self, command: list[bytes]) -> Any:
         """One command on the wire (:mod:`.wire`), its reply within the store's deadline
-        (and a dial first, if needed, within ``socket_connect_timeout``). Concurrent
+        (and a dial first, if needed, within ``connect_timeout``). Concurrent
         calls pipeline on the one connection (written at once, or with the other calls of
         their event-loop turn), and Redis answers them in order.
 
@@ -359,8 +413,13 @@ class RedisStore(Store):
         return await asyncio.shield(self._dialing)
 
     async def _dial(self) -> Wire:
-        async with asyncio.timeout(self._options.socket_connect_timeout or self.timeout):
-            wire = await dial(self._options, self.timeout)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                wire = await dial(self._options, self.timeout)
+        except TimeoutError as exc:
+            raise ConnectionError(
+                f"no connection within {self.connect_timeout:g} s (the URL's connect_timeout)"
+            ) from exc
         if self._closed:  # closed while dialling
             wire.close()
             raise ConnectionError("the Redis store is closed")
@@ -508,7 +567,7 @@ class RedisStore(Store):
         """Send ``command(block_ms)`` on a watch connection within ``timeout`` seconds
         and read its ``replies``; ``None`` if no watch connection came free in time.
         Waiters beyond the watch pool's bound queue, their wait counted against their
-        own timeout; the read is bounded by the rest of it plus ``socket_timeout``."""
+        own timeout; the read is bounded by the rest of it plus ``timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if not self._watchers.locked():
@@ -538,7 +597,8 @@ class RedisStore(Store):
             raise ConnectionError("the Redis store is closed")
         wire = self._idle_watch.pop() if self._idle_watch else None
         if wire is None or not wire.usable:
-            wire = await dial(self._options)
+            async with asyncio.timeout(self.connect_timeout):
+                wire = await dial(self._options)
         self._busy_watch.add(wire)
         futures: list[asyncio.Future[Any]] = []
         try:
@@ -569,7 +629,14 @@ class RedisStore(Store):
             url=redact_url(self.url),
             durability=durability,
             warnings=warnings,
-            details={"prefix": self.prefix, "redis_version": version, **config},
+            details={
+                "prefix": self.prefix,
+                "redis_version": version,
+                "timeout": self.timeout,
+                "connect_timeout": self.connect_timeout,
+                "clock": "the Redis server's clock (TIME, read by each script)",
+                **config,
+            },
         )
 
     async def _settings(self) -> tuple[dict[str, str], str | None]:

@@ -133,7 +133,10 @@ class Wire(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         due = self._sent[0] + self.deadline
         if loop.time() >= due:
-            self.close(f"gave no reply within {self.deadline} s")
+            self.close(
+                f"gave no reply within {self.deadline:g} s (the URL's timeout): the "
+                "outcome of each command still waiting is unknown"
+            )
         else:
             self._watchdog = loop.call_at(due, self._watch)
 
@@ -201,9 +204,9 @@ class Wire(asyncio.Protocol):
 
 async def dial(options: AbstractConnection, deadline: float | None = None) -> Wire:
     """A connected :class:`Wire` to where ``options`` (a redis-py connection object,
-    built from the URL but never connected) points, authenticated, on its database; its
-    replies due within ``deadline`` seconds. Bound this call by a deadline too: dialling
-    does no timing of its own."""
+    built from the URL but never connected) points, authenticated, on its database,
+    having answered a ``PING``; its replies due within ``deadline`` seconds. Bound this
+    call by a deadline too: dialling does no timing of its own."""
     loop = asyncio.get_running_loop()
     ssl = options.ssl_context.get() if isinstance(options, SSLConnection) else None
     host: str = getattr(options, "host", "localhost")
@@ -220,6 +223,7 @@ async def dial(options: AbstractConnection, deadline: float | None = None) -> Wi
             setup.append(pack_command("SELECT", options.db))
         if options.client_name:
             setup.append(pack_command("CLIENT", "SETNAME", options.client_name))
+        setup.append(pack_command("PING"))  # connected means answering, not just accepted
         replies = await asyncio.gather(
             *(wire.call(command) for command in setup), return_exceptions=True
         )

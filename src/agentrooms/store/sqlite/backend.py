@@ -2,8 +2,11 @@
 
 Open one with ``await open_store("sqlite:///agentrooms.db")`` (URL options in
 :mod:`.config`). Any number of processes may open the same file; SQLite serialises their
-writes (``BEGIN IMMEDIATE``) and the engine retries a busy database for up to
-``retry_for`` seconds before raising :class:`~agentrooms.errors.StoreUnavailable`.
+writes (``BEGIN IMMEDIATE``) and the engine retries a busy database for up to the URL's
+``timeout`` seconds before raising :class:`~agentrooms.errors.StoreUnavailable`. Every
+process checks its clock, by which it judges expiry, against the file system holding the
+database, and is refused with :class:`~agentrooms.errors.ClockSkew` while it disagrees
+(:mod:`.clock`).
 
 Operations run on a thread that owns the connection (:mod:`.worker`), one per database
 file per process (:mod:`.pool`); the SQL is in ``queries.sql``, run by
@@ -22,6 +25,7 @@ power loss or an OS crash; :meth:`info` warns about that.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import sqlite3
@@ -41,6 +45,7 @@ from agentrooms.store.base import (
     StoreInfo,
     TransactResult,
 )
+from agentrooms.store.sqlite.clock import ClockCheck, describe
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
 from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.operations import Operations
@@ -49,7 +54,6 @@ from agentrooms.store.sqlite.watchers import Waiter
 from agentrooms.store.sqlite.worker import Worker
 
 T = TypeVar("T")
-DEFAULT_RETRY_FOR = 30.0  # seconds a busy database is retried before StoreUnavailable
 _ids = itertools.count(1)
 
 
@@ -62,12 +66,15 @@ class SqliteStore(Store):
         limits: Limits | None = None,
         *,
         clock: Callable[[], float] = time.time,
-        retry_for: float = DEFAULT_RETRY_FOR,
+        retry_for: float | None = None,
     ) -> None:
         """Start the store's thread, which connects and migrates before anything else;
-        :meth:`open` also waits for that and raises if it failed."""
+        :meth:`open` also waits for that and raises if it failed. ``retry_for``
+        (default: the URL's ``timeout``) bounds a call's retries of a locked database."""
         super().__init__(url, limits)
         self.config = config = parse_url(url)
+        if retry_for is None:
+            retry_for = config.timeout
         key = _pool_key(config, clock, retry_for)
 
         def start() -> Worker:
@@ -159,6 +166,12 @@ class SqliteStore(Store):
         journal, sync = str(settings["journal_mode"]), str(settings["synchronous"])
         durability, warnings = describe_durability(self.config.in_memory, journal, sync)
         details = {"path": self.config.path, "sqlite_version": sqlite3.sqlite_version, **settings}
+        check = self._worker.clock_check
+        details["clock"] = describe_clock(check, self.config)
+        if check is not None:
+            details["clock_offset"] = check.offset
+        details["timeout"] = self.config.timeout
+        details["connect_timeout"] = self.config.connect_timeout
         return StoreInfo(self.backend, self.url, durability, warnings, details)
 
     async def _close(self) -> None:
@@ -177,8 +190,19 @@ def _pool_key(
     """Stores with the same key share one worker (:mod:`.pool`); in-memory: never."""
     if config.in_memory:
         return None
-    path = os.path.realpath(config.path)
-    return (path, config.synchronous, config.busy_timeout_ms, clock, retry_for)
+    return (dataclasses.replace(config, path=os.path.realpath(config.path)), clock, retry_for)
+
+
+def describe_clock(check: ClockCheck | None, config: SqliteConfig) -> str:
+    """What the store judges expiry by, for ``info`` (and ``agentrooms doctor``)."""
+    if config.in_memory:
+        return "this process's clock (an in-memory database has no other process)"
+    if check is None or check.offset is None:
+        return "each process's own clock: max_clock_skew=off, so nothing checks it"
+    return (
+        f"this process's clock, {describe(check.offset)} the file system's "
+        f"(at most {check.max_skew:g} s allowed; checked at open, then every second)"
+    )
 
 
 def describe_durability(in_memory: bool, journal: str, sync: str) -> tuple[str, list[str]]:

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentrooms.errors import AgentroomsError, StoreUnavailable
+from agentrooms.errors import AgentroomsError, ClockSkew, StoreUnavailable
+from agentrooms.store.sqlite.clock import ClockCheck
 from agentrooms.store.sqlite.config import SqliteConfig
 from agentrooms.store.sqlite.operations import Operations
 from agentrooms.store.sqlite.sql import migrate
@@ -69,6 +70,12 @@ def outcome_of(exc: Exception) -> Exception:
     return exc
 
 
+def _with_cause(error: Exception, cause: BaseException) -> Exception:
+    error.__cause__ = cause  # as ``raise ... from`` would; it is raised on another thread
+    error.__suppress_context__ = True
+    return error
+
+
 def backoff(attempt: int) -> float:
     """Seconds to sleep before retry ``attempt`` (1, 2, ...): about 1 ms doubling to a
     50 ms cap, each jittered by +-50% so that retrying processes spread out."""
@@ -91,6 +98,10 @@ class Engine:
         self.config = config
         self.retry_for = retry_for
         self._clock = clock
+        # every process sharing a file checks its clock against the file system's
+        self.clock_check: ClockCheck | None = None
+        if not config.in_memory and config.max_clock_skew is not None:
+            self.clock_check = ClockCheck(config.path, clock, config.max_clock_skew)
         self._conn: sqlite3.Connection | None = None
         self._ops: Operations | None = None
         self._appended: dict[str, int] = {}  # committed appends not yet taken
@@ -110,8 +121,8 @@ class Engine:
                     f"{'.'.join(map(str, MIN_SQLITE))} or newer"
                 )
             conn = self._connect()
-            self._retrying(self._configure)
-            self._retrying(lambda: migrate(conn))
+            self._retrying(self._configure, self.config.connect_timeout)
+            self._retrying(lambda: migrate(conn), self.config.connect_timeout)
             assert self._ops is not None
             self._data_version = self._ops.data_version()
         except Exception as exc:
@@ -165,6 +176,9 @@ class Engine:
         gets its error, and the others run again without it, so no job's outcome
         depends on another's failure.
         """
+        refused = self._clock_refusal()
+        if refused is not None:
+            return [refused() for _ in jobs]
         outcomes: list[Any] = [None] * len(jobs)
         pending = list(range(len(jobs)))
         while pending:
@@ -179,6 +193,26 @@ class Engine:
                 outcomes[i] = outcome
             break
         return outcomes
+
+    def _clock_refusal(self) -> Callable[[], Exception] | None:
+        """What makes the error each job of a batch gets (a fresh one each) if this
+        process's clock is off or cannot be checked (see :mod:`.clock`); ``None`` if it
+        agrees or is not checked."""
+        if self.clock_check is None:
+            return None
+        try:
+            self.clock_check.check()
+        except ClockSkew as exc:
+            skew = exc
+            return lambda: ClockSkew(str(skew), skew.offset, skew.tolerance)
+        except OSError as exc:
+            cause = exc
+            message = (
+                f"sqlite: could not compare this process's clock with the file system "
+                f"holding {self.config.path}: {exc} (?max_clock_skew=off skips the check)"
+            )
+            return lambda: _with_cause(StoreUnavailable(message), cause)
+        return None
 
     def _attempt(self, jobs: list[Job], write: bool) -> list[Any]:
         conn = self._connection()
@@ -248,10 +282,11 @@ class Engine:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
 
-    def _retrying(self, attempt: Callable[[], T]) -> T:
+    def _retrying(self, attempt: Callable[[], T], retry_for: float | None = None) -> T:
         """``attempt()``, again after a jittered sleep each time it raises a busy error,
-        for at most ``retry_for`` seconds; then the busy error propagates."""
-        deadline = time.monotonic() + self.retry_for
+        for at most ``retry_for`` seconds (default: the engine's); then the busy error
+        propagates."""
+        deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
         tries = 0
         while True:
             try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrooms.errors import StoreUnavailable
+from agentrooms.store.sqlite.clock import ClockCheck
 from agentrooms.store.sqlite.engine import Engine, Job
 from agentrooms.store.sqlite.watchers import Watchers
 
@@ -65,6 +66,12 @@ class Worker:
         self._closed = False
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
+
+    @property
+    def clock_check(self) -> ClockCheck | None:
+        """The check of this process's clock against the database's file system
+        (``None``: in memory, or turned off); its ``offset`` is the last measurement."""
+        return self._engine.clock_check
 
     @property
     def closed(self) -> bool:
