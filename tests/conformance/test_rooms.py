@@ -1434,7 +1434,7 @@ async def test_commands_with_an_id_apply_once(room: Room) -> None:
         await room.docs.put("d", 1, create_only=True, command_id="put-1")
     ).version == doc.version
     seq = await room.events.post("e", 1, command_id="post-1")
-    assert await room.events.post("e", 1, command_id="post-1") == 0
+    assert await room.events.post("e", 1, command_id="post-1") == seq  # the first seq
     assert [e.seq for e in await room.events.read(seq - 1, 10) if e.type == "e"] == [seq]
 
 
