@@ -24,7 +24,9 @@ BASE = "http://agentrooms.test"
 
 
 def make_app(store: Store, *, dev: bool = False, limits: HttpLimits | None = None) -> FastAPI:
-    return create_app(store, auth=AuthConfig(dev=dev), limits=limits or HttpLimits(rate=None))
+    """The app with rate limits off (the agent's and the failed-authentication one)."""
+    unlimited = HttpLimits(rate=None, auth_failures=None)
+    return create_app(store, auth=AuthConfig(dev=dev), limits=limits or unlimited)
 
 
 @asynccontextmanager
