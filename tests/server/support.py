@@ -24,9 +24,7 @@ BASE = "http://agentrooms.test"
 
 
 def make_app(store: Store, *, dev: bool = False, limits: HttpLimits | None = None) -> FastAPI:
-    """The app with rate limits off (the agent's and the failed-authentication one)."""
-    unlimited = HttpLimits(rate=None, auth_failures=None)
-    return create_app(store, auth=AuthConfig(dev=dev), limits=limits or unlimited)
+    return create_app(store, auth=AuthConfig(dev=dev), limits=limits or HttpLimits(rate=None))
 
 
 @asynccontextmanager

@@ -236,11 +236,7 @@ def run(
 async def test_schemathesis(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     store = await open_store(f"sqlite:///{tmp_path / 'schemathesis.db'}")
     limits = HttpLimits(
-        rate=None,
-        auth_failures=None,
-        max_stream_seconds=0.2,
-        keepalive_seconds=0.05,
-        max_lock_wait=0.1,
+        rate=None, max_stream_seconds=0.2, keepalive_seconds=0.05, max_lock_wait=0.1
     )
     try:
         app = make_app(store, limits=limits)

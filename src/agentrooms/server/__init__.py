@@ -26,8 +26,8 @@ from agentrooms.server.auth import (
     mint,
     revoke,
 )
-from agentrooms.server.gate import LOOPBACK_HOSTS, redact_tokens
 from agentrooms.server.limits import HttpLimits
+from agentrooms.server.perimeter import LOOPBACK_HOSTS, Perimeter, redact_tokens
 from agentrooms.store import Limits, open_store
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "AuthConfig",
     "HttpLimits",
     "MintedToken",
+    "Perimeter",
     "Principal",
     "TokenInfo",
     "check_bind",
@@ -75,8 +76,9 @@ def serve(
 
     Connections run :mod:`agentrooms.server.protocol` (header size and deadline,
     lingering closes) under ``limits``; at most ``limits.max_connections`` requests are
-    served at once (``503`` past it). In dev mode only loopback ``Host`` and ``Origin``
-    names are answered. The access log never shows a token's secret."""
+    served at once (``503`` past it); every request, ``/mcp`` included, passes the
+    :class:`Perimeter` (in dev mode only loopback ``Host`` and ``Origin`` names). The
+    access log never shows a token's secret."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
     asyncio.run(
@@ -101,12 +103,13 @@ async def _serve(
 
     store = await open_store(store_url, limits=store_limits)
     try:
-        hosts = LOOPBACK_HOSTS if auth.dev else None
-        app = create_app(store, auth=auth, limits=limits, hosts=hosts)
+        app = create_app(store, auth=auth, limits=limits)
         if mcp:
             mount_mcp(app, McpHttp(store, auth=auth, limits=limits, host=host.strip("[]")), "/mcp")
+        hosts = LOOPBACK_HOSTS if auth.dev else None
+        guarded = Perimeter(app, store=store, auth=auth, limits=limits, hosts=hosts)
         config = uvicorn.Config(
-            app,
+            guarded,
             host=host.strip("[]"),
             port=port,
             log_level=log_level,
@@ -127,8 +130,8 @@ async def _serve(
 
 
 def _redact(record: logging.LogRecord) -> bool:
-    """An access-log filter: no token secret is ever written (the gate also replaces a
-    query string that carries one)."""
+    """An access-log filter: no token secret is ever written (the perimeter also
+    replaces a query string that carries one)."""
     if isinstance(record.args, tuple):
         record.args = tuple(redact_tokens(a) if isinstance(a, str) else a for a in record.args)
     return True

@@ -13,7 +13,6 @@ counter) and ``/openapi.json``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 from typing import Any
 
 from fastapi import FastAPI
@@ -47,17 +46,10 @@ Reads of documents and tasks carry a strong `ETag`; document writes need `If-Mat
 (or `If-None-Match: *`). Commands take an `Idempotency-Key`."""
 
 
-def create_app(
-    store: Store,
-    *,
-    auth: AuthConfig,
-    limits: HttpLimits,
-    hosts: Collection[str] | None = None,
-) -> FastAPI:
-    """The HTTP API over ``store`` (which the caller opens and closes). With ``hosts``,
-    only requests whose ``Host`` (and ``Origin``, when sent) names one of them are
-    answered (``serve`` passes the loopback names in dev mode); a path with a trailing
-    slash is a 404, never a redirect."""
+def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI:
+    """The HTTP API over ``store`` (which the caller opens and closes). A path with a
+    trailing slash is a 404, never a redirect. :func:`agentrooms.server.serve` also puts
+    :class:`~agentrooms.server.perimeter.Perimeter` around it."""
     app = FastAPI(
         title="agentrooms",
         version=__version__,
@@ -76,7 +68,7 @@ def create_app(
     for module in (rooms, tasks, docs, events, presence, locks):
         app.include_router(module.router, prefix="/v1")
     _operations(app, store)
-    app.add_middleware(Gate, store=store, auth=auth, limits=limits, hosts=hosts)
+    app.add_middleware(Gate, store=store, auth=auth, limits=limits)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

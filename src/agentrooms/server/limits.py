@@ -6,17 +6,14 @@
   items in every array or object; NaN, infinities and lone surrogates are refused: ``400``;
 * tasks per batch: ``400``;
 * a token bucket per agent: ``429`` with ``Retry-After`` (counted as ``rate_limited``);
-* a token bucket of failed authentications per client address: once it is empty, a
-  request from that address with a token the process has not already verified is ``429``
-  (before any store read) until it refills;
 * open event streams (SSE) and MCP listen streams per agent: ``429`` past the cap;
 * waits the server does for a caller (lock queue, event stream) are clamped.
 
-The connection-level limits (``max_header_bytes``, ``header_timeout``, ``body_timeout``,
-``max_connections``) are applied by :func:`agentrooms.server.serve`'s HTTP protocol
-(:mod:`.protocol`) and the gate; an app served some other way gets only the gate's.
-
-All of it is plain code over plain values (the gate in :mod:`.gate` applies it).
+All of it is plain code over plain values (the gate in :mod:`.gate` applies it). The
+limits against a hostile client (``max_header_bytes``, ``header_timeout``,
+``body_timeout``, ``max_connections``, ``auth_failures`` / ``auth_failure_rate``) are
+applied by what :func:`agentrooms.server.serve` adds: its HTTP protocol (:mod:`.protocol`)
+and the perimeter (:mod:`.perimeter`).
 """
 
 from __future__ import annotations
