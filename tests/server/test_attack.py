@@ -290,6 +290,8 @@ def test_failed_authentication_is_rate_limited_per_address(server: Server) -> No
     # another loopback address, so the other tests' address keeps its allowance
     transport = httpx.HTTPTransport(local_address="127.0.0.2")
     with httpx.Client(transport=transport, timeout=10) as attacker:
+        known = attacker.get(f"{server.base}/v1/rooms", headers=server.auth())
+        assert known.status_code == 200  # this header has authenticated from the address
         started = time.monotonic()
         answers = [
             attacker.get(f"{server.base}/v1/rooms", headers=forged)
@@ -301,6 +303,8 @@ def test_failed_authentication_is_rate_limited_per_address(server: Server) -> No
         seconds = time.monotonic() - started
         limited = attacker.get(f"{server.base}/v1/rooms", headers=forged)
         retry_after = int(limited.headers["Retry-After"])
+        still = attacker.get(f"{server.base}/v1/rooms", headers=server.auth())
+        assert still.status_code == 200  # a header that authenticated keeps working
     print(
         f"\n50 forged tokens from one address (half /v1, half /mcp) in {seconds:.2f}s: "
         f"{dict(statuses)}; "
