@@ -270,20 +270,50 @@ def serve(
         bool,
         typer.Option("--dev", help="No tokens: act as the agent in X-Agent (127.0.0.1 only)"),
     ] = False,
+    max_header_bytes: Annotated[
+        int, typer.Option(help="Request line and headers, bytes (431 past it)")
+    ] = 32 * 1024,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds to send the request line and headers (408)")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds to send a body once the headers are in (408)")
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option(help="Requests served at once by this process (503 past it)")
+    ] = 1000,
+    max_streams_per_agent: Annotated[
+        int, typer.Option(help="Open event streams, and MCP listen streams, per agent (429)")
+    ] = 8,
+    auth_failures: Annotated[
+        int, typer.Option(help="Failed authentications per client address before 429")
+    ] = 20,
+    auth_failure_rate: Annotated[
+        float, typer.Option(help="Per second, refilling an address's failed-auth allowance")
+    ] = 1.0,
 ) -> None:
     """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
-    from agentrooms.server import AuthConfig, check_bind
+    from agentrooms.server import AuthConfig, HttpLimits, check_bind
     from agentrooms.server import serve as run_server
 
     auth = AuthConfig(dev=dev)
     try:
+        limits = HttpLimits(
+            max_header_bytes=max_header_bytes,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            max_connections=max_connections,
+            max_streams_per_agent=max_streams_per_agent,
+            auth_failures=auth_failures,
+            auth_failure_rate=auth_failure_rate,
+        )
         check_bind(host, auth)
     except ValueError as exc:
         fail("bad_request", exc, EXIT_USAGE)
     _prepare(url)
     for line in _banner(url, host, port, dev):
         console.print(line, soft_wrap=True)
-    run_server(url, host, port, auth)
+    run_server(url, host, port, auth, limits)
 
 
 @app.command()

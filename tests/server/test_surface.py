@@ -24,7 +24,7 @@ async def test_framework_errors_wear_the_envelope(store: Store, room: str) -> No
         assert outside.status_code == 404 and error_of(outside)["type"] == "not_found"
         wrong = await c.patch(f"/v1/rooms/{room}/tasks", headers=auth)
         assert wrong.status_code == 405 and error_of(wrong)["type"] == "method_not_allowed"
-        assert wrong.headers["Allow"] == "GET, POST"
+        assert wrong.headers["Allow"] == "GET, POST, OPTIONS"
         invalid = await c.post("/v1/rooms", json={"name": "no spaces"}, headers=auth)
         assert invalid.status_code == 400 and error_of(invalid)["type"] == "bad_request"
         assert error_of(invalid)["details"]["errors"][0]["loc"] == ["body", "name"]

@@ -13,6 +13,7 @@ Tokens are minted, revoked and listed with :func:`mint`, :func:`revoke` and
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from agentrooms.server.app import create_app
 from agentrooms.server.auth import (
@@ -26,6 +27,7 @@ from agentrooms.server.auth import (
     revoke,
 )
 from agentrooms.server.limits import HttpLimits
+from agentrooms.server.perimeter import LOOPBACK_HOSTS, Perimeter, redact_tokens
 from agentrooms.store import Limits, open_store
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "AuthConfig",
     "HttpLimits",
     "MintedToken",
+    "Perimeter",
     "Principal",
     "TokenInfo",
     "check_bind",
@@ -69,7 +72,13 @@ def serve(
 ) -> None:
     """Open the store at ``store_url`` and serve the API on ``host:port`` with uvicorn
     (and, with ``mcp``, the MCP server's streamable HTTP at ``/mcp``) until interrupted;
-    the store is closed on the way out."""
+    the store is closed on the way out.
+
+    Connections run :mod:`agentrooms.server.protocol` (header size and deadline,
+    lingering closes) under ``limits``; at most ``limits.max_connections`` requests are
+    served at once (``503`` past it); every request, ``/mcp`` included, passes the
+    :class:`Perimeter` (in dev mode only loopback ``Host`` and ``Origin`` names). The
+    access log never shows a token's secret."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
     asyncio.run(
@@ -90,15 +99,39 @@ async def _serve(
     import uvicorn
 
     from agentrooms.server.mcp.http import McpHttp, mount_mcp
+    from agentrooms.server.protocol import protocol_for
 
     store = await open_store(store_url, limits=store_limits)
     try:
         app = create_app(store, auth=auth, limits=limits)
         if mcp:
             mount_mcp(app, McpHttp(store, auth=auth, limits=limits, host=host.strip("[]")), "/mcp")
+        hosts = LOOPBACK_HOSTS if auth.dev else None
+        guarded = Perimeter(app, store=store, auth=auth, limits=limits, hosts=hosts)
         config = uvicorn.Config(
-            app, host=host.strip("[]"), port=port, log_level=log_level, proxy_headers=False
+            guarded,
+            host=host.strip("[]"),
+            port=port,
+            log_level=log_level,
+            proxy_headers=False,
+            http=protocol_for(limits),
+            ws="none",
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            limit_concurrency=limits.max_connections,
+            timeout_graceful_shutdown=5,  # streams stay open until their client leaves
         )
-        await uvicorn.Server(config).serve()
+        logging.getLogger("uvicorn.access").addFilter(_redact)
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            logging.getLogger("uvicorn.access").removeFilter(_redact)
     finally:
         await store.close()
+
+
+def _redact(record: logging.LogRecord) -> bool:
+    """An access-log filter: no token secret is ever written (the perimeter also
+    replaces a query string that carries one)."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(redact_tokens(a) if isinstance(a, str) else a for a in record.args)
+    return True

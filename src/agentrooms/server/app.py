@@ -47,7 +47,9 @@ Reads of documents and tasks carry a strong `ETag`; document writes need `If-Mat
 
 
 def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI:
-    """The HTTP API over ``store`` (which the caller opens and closes)."""
+    """The HTTP API over ``store`` (which the caller opens and closes). A path with a
+    trailing slash is a 404, never a redirect. :func:`agentrooms.server.serve` also puts
+    :class:`~agentrooms.server.perimeter.Perimeter` around it."""
     app = FastAPI(
         title="agentrooms",
         version=__version__,
@@ -55,6 +57,7 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        redirect_slashes=False,
     )
     app.state.store = store
     app.state.rooms = Rooms(store)
@@ -101,7 +104,9 @@ def _operations(app: FastAPI, store: Store) -> None:
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, with its 422 validation response replaced by our 400."""
+    """FastAPI's document, with its 422 validation response replaced by our 400, integer
+    bounds written as integers, and ``If-Match`` required where its absence is 428 (a
+    document write, which may instead send ``If-None-Match: *``, says so)."""
     if app.openapi_schema is not None:
         return app.openapi_schema
     schema = get_openapi(
@@ -115,6 +120,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 if status[0] in "45" and "ErrorEnvelope" in str(response.get("content")):
                     # errors are JSON even where the route streams (FastAPI uses its type)
                     response["content"] = {"application/json": {"schema": envelope_ref}}
+            _preconditions(operation)
             if "HTTPValidationError" not in str(responses.get("422")):
                 continue
             del responses["422"]
@@ -126,5 +132,40 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    _integer_bounds(schema)
     app.openapi_schema = schema
     return schema
+
+
+def _preconditions(operation: dict[str, Any]) -> None:
+    if "428" not in operation.get("responses", {}):
+        return
+    headers = {p["name"]: p for p in operation.get("parameters", []) if p.get("in") == "header"}
+    if "If-Match" not in headers:
+        return
+    if "If-None-Match" not in headers:
+        headers["If-Match"]["required"] = True
+        return
+    for name in ("If-Match", "If-None-Match"):
+        headers[name]["description"] = (
+            headers[name].get("description", "")
+            + " (one of If-Match or If-None-Match: * is required: 428 without either)"
+        ).strip()
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _integer_bounds(node: Any) -> None:
+    """Pydantic writes the bounds of an integer as floats (``9007199254740991.0``)."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for bound in _BOUNDS:
+                value = node.get(bound)
+                if isinstance(value, float) and value.is_integer():
+                    node[bound] = int(value)
+        for child in node.values():
+            _integer_bounds(child)
+    elif isinstance(node, list):
+        for child in node:
+            _integer_bounds(child)

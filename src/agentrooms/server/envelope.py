@@ -6,7 +6,8 @@
 ``http_status``, so a client tells errors apart exactly as a Python caller does. FastAPI's
 and Starlette's own failures are mapped here too: a request that does not validate is
 ``400 bad_request`` (never 422, which is kept for ``idempotency_mismatch``), an unknown
-route ``404 not_found``, a known route with another method ``405 method_not_allowed``. Each
+route ``404 not_found``, a known route with another method ``405 method_not_allowed``
+(``OPTIONS`` on a known route: ``204`` with the same ``Allow`` list). Each
 error answered is counted in ``agentrooms_http_errors_total{type}``.
 """
 
@@ -40,8 +41,10 @@ from agentrooms.metrics import default_metrics
 __all__ = [
     "ErrorBody",
     "ErrorEnvelope",
+    "HeadersTooLarge",
     "MethodNotAllowed",
     "PreconditionRequired",
+    "RequestTimeout",
     "envelope",
     "error_response",
     "install_handlers",
@@ -60,6 +63,20 @@ class PreconditionRequired(RequestError):
 class MethodNotAllowed(RequestError):
     code = "method_not_allowed"
     http_status = 405
+
+
+class RequestTimeout(RequestError):
+    """The client did not send its headers or its body within the server's deadline."""
+
+    code = "request_timeout"
+    http_status = 408
+
+
+class HeadersTooLarge(RequestError):
+    """The request line and headers are over the server's size limit (RFC 6585: 431)."""
+
+    code = "headers_too_large"
+    http_status = 431
 
 
 class ErrorBody(BaseModel):
@@ -175,8 +192,10 @@ async def _on_http_exception(request: Request, exc: Exception) -> Response:
         message = f"no route {request.method} {request.url.path}"
         return envelope(404, "not_found", message, headers=headers)
     if exc.status_code == 405:
+        headers["Allow"] = ", ".join([*_allowed(request), "OPTIONS"])
+        if request.method == "OPTIONS":  # the route exists: list what it serves
+            return Response(status_code=204, headers=headers)
         message = f"{request.method} is not allowed on {request.url.path}"
-        headers["Allow"] = ", ".join(_allowed(request))
         return error_response(MethodNotAllowed(message), headers=headers)
     if exc.status_code == 400:
         return error_response(BadRequest(str(exc.detail)), headers=headers)

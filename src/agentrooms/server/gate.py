@@ -2,25 +2,33 @@
 
 In order, each step answering with the error envelope and ending the request:
 
+0. a path ending in ``/`` (no route's does, and nothing redirects): ``404``;
 1. a token in the query string (``token`` / ``access_token``): ``401``, and it is not used;
 2. a ``Content-Length`` over the body limit: ``413`` before a byte of the body is read;
 3. under ``/v1/``: the bearer token (one read of its record in the reserved ``_auth``
    room), or dev mode's caller: ``401``;
 4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
    *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
+   then an event stream (``GET .../events/stream``) past the agent's
+   ``max_streams_per_agent`` open streams: ``429``; the slot is held until the stream's
+   request ends;
 5. the body, read chunk by chunk and counted: ``413`` at the first byte over the limit
    (chunked bodies and lying ``Content-Length`` headers alike), the rest left unread;
 6. a JSON body's shape (depth, strings, items; NaN, surrogates): ``400``.
 
 Only then does the application see the request, with the body replayed from memory and
 the caller at ``scope["agentrooms.principal"]``. Nothing over a limit reaches a room's
-records: the only store access before the limits is the token lookup.
+records: the only store access before the limits is the token lookup. What guards the
+connection and the whole app against a hostile client (header size and deadlines, body
+deadline, Host and Origin in dev mode, failed authentications per address, revoking
+tokens sent in URLs) is :mod:`.protocol` and :mod:`.perimeter`, which ``serve`` adds.
 """
 
 from __future__ import annotations
 
 import collections
 import hmac
+import re
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
@@ -29,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentrooms.errors import (
     AgentroomsError,
     BadRequest,
+    NotFound,
     PayloadTooLarge,
     RateLimited,
     Unauthorized,
@@ -42,7 +51,7 @@ from agentrooms.server.auth import (
     parse_bearer,
 )
 from agentrooms.server.envelope import error_response
-from agentrooms.server.limits import HttpLimits, RateLimiter, parse_json
+from agentrooms.server.limits import HttpLimits, RateLimiter, StreamSlots, parse_json
 from agentrooms.store.base import Store
 
 __all__ = ["PRINCIPAL", "Gate"]
@@ -50,6 +59,7 @@ __all__ = ["PRINCIPAL", "Gate"]
 PRINCIPAL = "agentrooms.principal"
 _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
+_STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream")
 
 
 class _Gone(Exception):
@@ -67,6 +77,7 @@ class Gate:
     ) -> None:
         self.app, self.store, self.auth, self.limits = app, store, auth, limits
         self.limiter = None if limits.rate is None else RateLimiter(limits.rate, limits.burst)
+        self.streams = StreamSlots(limits.max_streams_per_agent)
         # token id -> (secret hash, agent): lets step 4 run before the store read
         self._known: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
 
@@ -74,20 +85,34 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        stream_of: str | None = None  # the agent holding a stream slot for this request
         try:
             headers = Headers(scope=scope)
+            if len(scope["path"]) > 1 and scope["path"].endswith("/"):
+                raise NotFound(f"no route {scope['method']} {scope['path'][:200]}")
             self._check_query(scope)
             self._check_length(headers)
             if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
-                scope[PRINCIPAL] = await self._admit(headers)
+                principal = await self._admit(headers)
+                scope[PRINCIPAL] = principal
+                if scope["method"] == "GET" and _STREAM.fullmatch(scope["path"]):
+                    stream_of = self._open_stream(principal.agent)
             receive = await self._buffer(scope, headers, receive)
         except _Gone:
+            if stream_of is not None:
+                self.streams.give(stream_of)
             return
         except AgentroomsError as exc:
+            if stream_of is not None:
+                self.streams.give(stream_of)
             extra = {"Connection": "close"} if isinstance(exc, PayloadTooLarge) else {}
             await error_response(exc, headers=extra)(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if stream_of is not None:
+                self.streams.give(stream_of)
 
     # -- steps -----------------------------------------------------------------------
 
@@ -132,6 +157,15 @@ class Gate:
         if not proven:
             self._charge(principal.agent)
         return principal
+
+    def _open_stream(self, agent: str) -> str:
+        if not self.streams.take(agent):
+            raise RateLimited(
+                1.0,
+                f"agent {agent!r} holds {self.streams.cap} open event streams, the most it "
+                "may; close one (or resume it) first",
+            )
+        return agent
 
     def _charge(self, agent: str) -> None:
         if self.limiter is None:

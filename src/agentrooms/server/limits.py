@@ -6,9 +6,14 @@
   items in every array or object; NaN, infinities and lone surrogates are refused: ``400``;
 * tasks per batch: ``400``;
 * a token bucket per agent: ``429`` with ``Retry-After`` (counted as ``rate_limited``);
+* open event streams (SSE) and MCP listen streams per agent: ``429`` past the cap;
 * waits the server does for a caller (lock queue, event stream) are clamped.
 
-All of it is plain code over plain values (the gate in :mod:`.gate` applies it).
+All of it is plain code over plain values (the gate in :mod:`.gate` applies it). The
+limits against a hostile client (``max_header_bytes``, ``header_timeout``,
+``body_timeout``, ``max_connections``, ``auth_failures`` / ``auth_failure_rate``) are
+applied by what :func:`agentrooms.server.serve` adds: its HTTP protocol (:mod:`.protocol`)
+and the perimeter (:mod:`.perimeter`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from typing import Any
 
 from agentrooms.errors import BadRequest
 
-__all__ = ["HttpLimits", "RateLimiter", "parse_json"]
+__all__ = ["HttpLimits", "RateLimiter", "StreamSlots", "parse_json"]
 
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
-    """Per-request limits and the per-agent rate (``rate=None`` turns rate limiting off)."""
+    """Per-request limits and the per-agent rate (``rate=None`` turns rate limiting off,
+    ``auth_failures=None`` the per-address limit of failed authentications)."""
 
     max_body_bytes: int = 1024 * 1024
     max_json_depth: int = 32
@@ -40,13 +46,33 @@ class HttpLimits:
     max_stream_seconds: float = 300.0  # an event stream ends after this; clients resume
     keepalive_seconds: float = 15.0  # comment line on an idle event stream
     max_lock_wait: float = 30.0  # longest queue wait of one lock acquire request
+    max_header_bytes: int = 32 * 1024  # request line and headers together: 431 past it
+    header_timeout: float = 10.0  # seconds to send the request line and headers: 408
+    body_timeout: float = 30.0  # seconds to send the body once the headers are in: 408
+    max_connections: int | None = 1000  # open connections of the process: 503 past it
+    max_streams_per_agent: int = 8  # open SSE streams, and MCP listen streams, per agent
+    auth_failures: int | None = 20  # failed authentications of an address at once (None: off)
+    auth_failure_rate: float = 1.0  # per second, refilling that address's allowance
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_json_depth", "max_string_bytes", "max_items"):
+        for name in (
+            "max_body_bytes",
+            "max_json_depth",
+            "max_string_bytes",
+            "max_items",
+            "max_header_bytes",
+            "max_streams_per_agent",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.rate is not None and (self.rate <= 0 or self.burst < 1):
             raise ValueError("rate must be positive and burst at least 1")
+        for name in ("header_timeout", "body_timeout", "auth_failure_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("max_connections", "auth_failures"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (or None)")
 
 
 class RateLimiter:
@@ -80,6 +106,40 @@ class RateLimiter:
         if len(self._buckets) > self._max:
             self._buckets.popitem(last=False)
         return wait
+
+    def peek(self, agent: str) -> float:
+        """The seconds until ``agent``'s bucket holds a token (0.0: it does); spends
+        nothing."""
+        stored = self._buckets.get(agent)
+        if stored is None:
+            return 0.0
+        tokens, last = stored
+        tokens = min(self.burst, tokens + (self._clock() - last) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+
+class StreamSlots:
+    """Counts the open streams of each agent against a cap. :meth:`take` claims a slot
+    (``False`` when the agent already holds ``cap``), :meth:`give` returns it; one event
+    loop, so no lock is needed."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._open: collections.Counter[str] = collections.Counter()
+
+    def take(self, agent: str) -> bool:
+        if self._open[agent] >= self.cap:
+            return False
+        self._open[agent] += 1
+        return True
+
+    def give(self, agent: str) -> None:
+        self._open[agent] -= 1
+        if self._open[agent] <= 0:
+            del self._open[agent]
+
+    def held(self, agent: str) -> int:
+        return self._open[agent]
 
 
 def _no_constant(name: str) -> Any:

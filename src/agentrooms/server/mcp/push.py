@@ -56,6 +56,7 @@ from mcp_types import (
 
 from agentrooms.errors import AgentroomsError, StoreUnavailable
 from agentrooms.server.auth import Principal
+from agentrooms.server.limits import StreamSlots
 from agentrooms.server.mcp.tools import RoomTools
 from agentrooms.store.base import Store
 
@@ -87,13 +88,16 @@ def room_of(uri: str) -> str | None:
 
 
 class RoomEventsListener:
-    """The ``subscriptions/listen`` handler (one call = one stream)."""
+    """The ``subscriptions/listen`` handler (one call = one stream). A process holds at
+    most ``max_streams`` streams, and one agent at most the tools' limit
+    ``max_streams_per_agent``; a listen past either is refused with a JSON-RPC error."""
 
     def __init__(self, tools: RoomTools, *, max_streams: int = 1024, max_rooms: int = 64) -> None:
         self.tools = tools
         self.max_streams = max_streams
         self.max_rooms = max_rooms
         self.streams = 0
+        self.slots = StreamSlots(tools.limits.max_streams_per_agent)
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
@@ -104,6 +108,24 @@ class RoomEventsListener:
         if self.streams >= self.max_streams:
             raise MCPError(INTERNAL_ERROR, "subscription limit reached")
         principal = self.tools.principal_of_request(ctx.request)
+        if not self.slots.take(principal.agent):
+            raise MCPError(
+                INVALID_REQUEST,
+                f"agent {principal.agent!r} holds {self.slots.cap} listen streams, the most "
+                "it may; close one first",
+            )
+        try:
+            return await self._listen(ctx, params, subscription_id, principal)
+        finally:
+            self.slots.give(principal.agent)
+
+    async def _listen(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: SubscriptionsListenRequestParams,
+        subscription_id: Any,
+        principal: Principal,
+    ) -> SubscriptionsListenResult:
         requested = params.notifications
         rooms: dict[str, tuple[str, int]] = {}  # uri -> (room, the caller's cursor)
         for uri in (requested.resource_subscriptions or [])[: self.max_rooms]:
