@@ -26,6 +26,10 @@ The search, per partition:
   point where it holds and after everything that returned before its call, keeps any
   linearization valid. This cuts the orders of concurrent reads, which otherwise
   dominate the search on histories that are not linearizable.
+* The operation of the first return entry must be placed before every operation called
+  after that return, so only the calls before it (the candidates) can come first. When it
+  is an observer the model says no sequence of candidates can make hold (a read of a
+  value that nothing pending writes), the configuration fails without being explored.
 
 An operation whose outcome is unknown (``Operation.ret is None``: a timeout, a killed
 client, Jepsen's ``:info``) has an infinite return time: it may take effect at any instant
@@ -59,6 +63,10 @@ class Model(Protocol):
     ``step(state, prepared, unknown)`` returns the states the operation may leave when it
     takes effect in ``state`` with its recorded output (with any output when ``unknown``);
     an empty result means the output is impossible in that state.
+    ``observes(prepared)``: the operation never changes any state (a read).
+    ``unreachable(state, observer, candidates)``: ``True`` only if no sequence of some of
+    ``candidates`` (each at most once, in any order) applied to ``state`` can make
+    ``observer`` hold (``False`` when unsure: it only prunes).
     """
 
     def partition(self, op: Operation) -> str: ...
@@ -70,6 +78,8 @@ class Model(Protocol):
     def step(self, state: Any, prepared: Any, unknown: bool) -> Iterable[Hashable]: ...
 
     def observes(self, prepared: Any) -> bool: ...
+
+    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,14 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
             out.update(step(s, inputs[i], unknown[i]))
         return frozenset(out)
 
+    def candidates() -> list[Any]:
+        """The prepared operations of the calls before the first return entry."""
+        found, e = [], nxt[0]
+        while e & 1:
+            found.append(inputs[(e - 1) >> 1])
+            e = nxt[e]
+        return found
+
     def lift(i: int) -> None:
         call, ret = 2 * i + 1, 2 * i + 2
         nxt[prv[call]], prv[nxt[call]] = nxt[call], prv[call]
@@ -188,7 +206,18 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
                 if observer[i] and successors(state, i) == state:
                     break
                 e = nxt[e]
-            if e & 1:
+            if not e & 1:
+                # The op of the first return entry must be placed before anything called
+                # after it, so only the candidates before it can run first. If it is an
+                # observer the model says those can never make hold, this fails.
+                r = (e - 1) >> 1
+                if observer[r] and all(
+                    model.unreachable(s, inputs[r], candidates()) for s in state
+                ):
+                    entry = -1
+                else:
+                    entry = nxt[0]
+            else:
                 bits = linearized | (1 << i)
                 if (bits, state) not in cache:
                     cache.add((bits, state))
@@ -199,8 +228,6 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
                     fresh = True
                     continue
                 entry = -1  # explored before, and it failed: so does this configuration
-            else:
-                entry = nxt[0]
         if entry != -1 and entry & 1:  # a call: try to linearize its operation here
             i = (entry - 1) >> 1
             after = successors(state, i)
