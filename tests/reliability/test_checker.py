@@ -209,7 +209,7 @@ def test_every_jepsen_etcd_history_gets_its_known_verdict() -> None:
     print(f"jepsen etcd: {agree}/102 verdicts in {time.perf_counter() - started:.1f}s")
 
 
-@pytest.mark.parametrize("name", ["c01-ok", "c01-bad", "c10-ok", "c10-bad"])
+@pytest.mark.parametrize("name", ["c01-ok", "c01-bad", "c10-ok", "c10-bad", "c50-ok"])
 def test_key_value_histories_get_their_known_verdicts(name: str) -> None:
     history = parse_edn_kv((data("kv-histories") / f"{name}.txt").read_text().splitlines())
     assert check(AppendModel(), history).linearizable == name.endswith("-ok")

@@ -26,10 +26,11 @@ The search, per partition:
   point where it holds and after everything that returned before its call, keeps any
   linearization valid. This cuts the orders of concurrent reads, which otherwise
   dominate the search on histories that are not linearizable.
-* The operation of the first return entry must be placed before every operation called
-  after that return, so only the calls before it (the candidates) can come first. When it
-  is an observer the model says no sequence of candidates can make hold (a read of a
-  value that nothing pending writes), the configuration fails without being explored.
+* An unplaced observer must be placed before every operation called after its return,
+  so only the calls before its return can come between now and it. When, for an observer
+  called before the first return entry, the model says no sequence of those calls can
+  make it hold (a read of a value none of them writes), the configuration fails without
+  being explored.
 
 An operation whose outcome is unknown (``Operation.ret is None``: a timeout, a killed
 client, Jepsen's ``:info``) has an infinite return time: it may take effect at any instant
@@ -161,13 +162,29 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
             out.update(step(s, inputs[i], unknown[i]))
         return frozenset(out)
 
-    def candidates() -> list[Any]:
-        """The prepared operations of the calls before the first return entry."""
-        found, e = [], nxt[0]
-        while e & 1:
-            found.append(inputs[(e - 1) >> 1])
+    def dead() -> bool:
+        """Some unplaced observer called before the first return cannot hold whatever
+        runs before its own return."""
+        pending = []  # observers whose call was seen, until their return is reached
+        before: list[Any] = []  # calls seen so far
+        e = nxt[0]
+        first = True
+        while e != -1:
+            i = (e - 1) >> 1
+            if e & 1:
+                before.append(inputs[i])
+                if first and observer[i]:
+                    pending.append(i)
+            else:
+                first = False
+                if i in pending:
+                    pending.remove(i)
+                    if all(model.unreachable(s, inputs[i], before) for s in state):
+                        return True
+                if not pending:
+                    return False
             e = nxt[e]
-        return found
+        return False
 
     def lift(i: int) -> None:
         call, ret = 2 * i + 1, 2 * i + 2
@@ -207,16 +224,8 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
                     break
                 e = nxt[e]
             if not e & 1:
-                # The op of the first return entry must be placed before anything called
-                # after it, so only the candidates before it can run first. If it is an
-                # observer the model says those can never make hold, this fails.
-                r = (e - 1) >> 1
-                if observer[r] and all(
-                    model.unreachable(s, inputs[r], candidates()) for s in state
-                ):
-                    entry = -1
-                else:
-                    entry = nxt[0]
+                # an observer that cannot come to hold in time fails this configuration
+                entry = -1 if dead() else nxt[0]
             else:
                 bits = linearized | (1 << i)
                 if (bits, state) not in cache:
