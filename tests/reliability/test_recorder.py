@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,16 @@ async def test_the_correct_store_is_flagged_in_no_run() -> None:
         report = await short_run(inner, inner, seed)
         assert report.ok, (seed, report.result.failed, report.anomalies)
         await inner.close()
+
+
+async def test_client_processes_run_the_workload_they_are_given(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    workload = Workload(ops=6, seed=3, weights=(("append", 1),))
+    history = await record_processes(url, "r", 2, workload)
+    assert [op.op for op in history] == ["append"] * 12
+    store = await open_store(url)
+    try:
+        report = await verify(history, LibrarySurface(store, "r"), 2)
+    finally:
+        await store.close()
+    assert report.ok and sorted(op.output["seq"] for op in history) == list(range(1, 13))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import sys
@@ -315,8 +316,7 @@ async def record_processes(
                 "room": room,
                 "client": i,
                 "out": str(out),
-                "workload": {k: getattr(workload, k) for k in ("ops", "keys", "seed")}
-                | {"redeliver": workload.redeliver, "timeout": workload.timeout},
+                "workload": dataclasses.asdict(workload),
             }
             procs.append(
                 await asyncio.create_subprocess_exec(
@@ -432,13 +432,19 @@ def _command_anomalies(history: list[Operation], ids: list[str]) -> list[str]:
     return found
 
 
+def _workload(fields: dict[str, Any]) -> Workload:
+    """A workload from its JSON form (``weights`` arrives as lists)."""
+    weights = tuple((str(k), int(w)) for k, w in fields["weights"])
+    return Workload(**{**fields, "weights": weights})
+
+
 async def _client_process(spec: dict[str, Any]) -> None:
     store = await open_store(spec["url"])
     surface = LibrarySurface(store, spec["room"], owns_store=True)
     try:
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)  # every client starts at once
-        history = await run_client(surface, spec["client"], Workload(**spec["workload"]))
+        history = await run_client(surface, spec["client"], _workload(spec["workload"]))
     finally:
         await surface.close()
     dump_jsonl(history, spec["out"])
