@@ -155,12 +155,12 @@ class Http:
         body: Any = None,
         **path: str,
     ) -> Sent:
+        """Send a request and check what holds for every answer: no 5xx, a status the
+        route documents, and an error type of that status."""
         url = template.format(**path)
         began = time.time()
         response = self.call(self.c.request(method, url, json=body, headers=headers))
         sent = Sent(method, template, response, began, time.time())
-        self.seen["_requests"] += 1
-        self.seen["_ms"] += int(1000 * (sent.ended - began))
         status = response.status_code
         assert status < 500, f"a 5xx from a reachable state: {sent}"
         assert status in self.documented[(method, template)], f"undocumented status: {sent}"
@@ -282,8 +282,8 @@ def machine_for(http: Http) -> type[RuleBasedStateMachine]:
             return lease
 
         def target(self, i: int, *, open_first: bool = False) -> str:
-            """A task, counted from the one touched last (so that steps shrink toward
-            one task and its lease); with ``open_first`` one not finished, while any is."""
+            """A task, counted from the one touched last (so that steps keep to a few
+            tasks and their leases); with ``open_first`` one not finished, while any is."""
             ids = self.recent
             if open_first:
                 ids = [t for t in ids if self.tasks[t]["status"] not in FINISHED] or ids
@@ -576,7 +576,6 @@ def machine_for(http: Http) -> type[RuleBasedStateMachine]:
         def pause(self) -> None:
             """Let every short lease granted so far run out."""
             time.sleep(PAUSE)
-            http.seen["pause"] += 1
 
     return PlanMachine
 
