@@ -245,6 +245,29 @@ async def test_expired_lease_is_reclaimed_and_the_late_holder_is_fenced(room: Ro
         assert kind in types
 
 
+async def test_claim_by_id_after_the_last_attempt_expired_is_invalid_transition(
+    room: Room,
+) -> None:
+    """A named claim of a task whose lease ran out on its last attempt fails the task
+    (as claim_next would) and raises InvalidTransition, also on a retried command."""
+    await room.plan.add([TaskSpec("t", max_attempts=1), TaskSpec("u", max_attempts=1)])
+    await room.plan.claim("t", "a", ttl=0.2)
+    await room.plan.claim("u", "a", ttl=0.2)
+    await asyncio.sleep(0.4)
+    with pytest.raises(InvalidTransition, match="expired on the last attempt"):
+        await room.plan.claim("t", "b")
+    task = await room.plan.get("t")
+    assert (task.status, task.owner, task.attempts) == ("failed", None, 1)
+    with pytest.raises(InvalidTransition, match="is failed, not ready"):
+        await room.plan.claim("t", "b")
+    for _ in range(2):  # the first delivery and its retry
+        with pytest.raises(InvalidTransition, match="expired on the last attempt"):
+            await room.plan.claim("u", "b", command_id="claim-u")
+    assert (await room.plan.get("u")).status == "failed"
+    failed = [e.data for e in await room.events.read(0, 100) if e.type == "task.failed"]
+    assert failed == [{"task": "t", "terminal": True}, {"task": "u", "terminal": True}]
+
+
 async def test_any_write_can_be_fenced_by_a_lease(store: Store, room: Room) -> None:
     await room.plan.add([TaskSpec("t")])
     old = await room.plan.claim("t", "a", ttl=0.2)

@@ -318,7 +318,12 @@ class Plan:
         ttl: float = DEFAULT_LEASE,
         command_id: str | None = None,
     ) -> Lease:
-        """Claim one named task; ``LeaseHeld`` if another agent holds an unexpired lease."""
+        """Claim one named task; ``LeaseHeld`` if another agent holds an unexpired lease,
+        ``NotFound`` if there is no such task, ``InvalidTransition`` if it is not ready.
+
+        A task whose lease ran out on its last attempt is failed by this call (the same
+        write ``claim_next`` makes on finding it), which then raises ``InvalidTransition``;
+        a retry with the same ``command_id`` raises it again and writes nothing."""
         keys.check_name(task_id, "task id")
         keys.check_name(agent, "agent")
         length = _check_ttl(ttl)
@@ -329,6 +334,10 @@ class Plan:
             [keys.task(task_id)],
             command_id=command_id,
         )
+        if result.result is None:  # _claim failed the task instead of granting a lease
+            raise InvalidTransition(
+                f"task {task_id!r} is failed: its lease expired on the last attempt"
+            )
         lease: Lease = _lease_from(self.room, result.result)
         return lease
 
