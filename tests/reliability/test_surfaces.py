@@ -124,8 +124,7 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
         room = fresh_room()
         await create_rooms(bases[0], room)
         http = [
-            HttpSurface(bases, room, f"a{i}", seed=i, timeout=FAULT_TIMEOUT)
-            for i in range(CLIENTS)
+            HttpSurface(bases, room, f"a{i}", seed=i, timeout=FAULT_TIMEOUT) for i in range(CLIENTS)
         ]
         workload = Workload(ops=120, seed=5, timeout=2 * FAULT_TIMEOUT + 1)
         history, _ = await asyncio.gather(record_tasks(http, workload), inject(procs))

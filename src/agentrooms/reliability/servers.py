@@ -53,12 +53,7 @@ class ServerProcess:
         """Start the process (again, after a kill) and wait until ``/readyz`` answers
         200. ``RuntimeError`` (with its output) if it exits or is not ready in time."""
         assert not self.running, "already running"
-        cmd = [sys.executable, "-m", "agentrooms", "serve", "--dev"]
-        cmd += ["--port", str(self.port), "--url", self.url]
-        with open(self._log, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT
-            )
+        self.proc = self._spawn()
         deadline = time.monotonic() + START_TIMEOUT
         async with httpx2.AsyncClient(timeout=2.0) as http:
             while True:
@@ -71,6 +66,12 @@ class ServerProcess:
                     self.stop()
                     raise RuntimeError(f"server on {self.base} did not start: {self.output()}")
                 await asyncio.sleep(0.1)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "agentrooms", "serve", "--dev"]
+        cmd += ["--port", str(self.port), "--url", self.url]
+        with open(self._log, "ab") as log:
+            return subprocess.Popen(cmd, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         """The tail of everything the process wrote."""

@@ -101,12 +101,12 @@ async def create_rooms(base: str, room: str) -> None:
     """Create ``room`` and its :func:`logs` rooms through the HTTP API at ``base`` (a
     ``--dev`` server)."""
     async with httpx2.AsyncClient(timeout=10.0) as http:
-        for room in (room, *logs(room)):
+        for name in (room, *logs(room)):
             answer = await http.post(
-                f"{base}/v1/rooms", json={"name": room}, headers={"X-Agent": COMMITTER}
+                f"{base}/v1/rooms", json={"name": name}, headers={"X-Agent": COMMITTER}
             )
             if answer.status_code != 201:
-                raise RuntimeError(f"creating room {room!r}: {answer.status_code} {answer.text}")
+                raise RuntimeError(f"creating room {name!r}: {answer.status_code} {answer.text}")
 
 
 def _version(answer: httpx2.Response) -> int | None:
