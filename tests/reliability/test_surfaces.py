@@ -17,7 +17,12 @@ import pytest
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.recorder import COMMITS, LOG, Workload, record_tasks, verify
 from agentrooms.reliability.servers import ServerProcess
-from agentrooms.reliability.surfaces import HttpSurface, McpSurface, create_rooms
+from agentrooms.reliability.surfaces import (
+    HttpSurface,
+    McpSurface,
+    create_rooms,
+    record_mcp_tasks,
+)
 
 SERVERS = 3
 CLIENTS = 4
@@ -44,6 +49,11 @@ async def servers(url: str, workdir: Path, n: int = SERVERS) -> AsyncIterator[li
             p.stop()
 
 
+def spread(bases: list[str], i: int) -> list[str]:
+    """``bases`` starting at the ``i``-th: MCP client ``i`` opens its session there."""
+    return bases[i % len(bases) :] + bases[: i % len(bases)]
+
+
 def fresh_room() -> str:
     return f"rec-{uuid.uuid4().hex[:10]}"
 
@@ -60,6 +70,20 @@ def assert_reached_the_paths(history: list[Operation]) -> None:
     counts = Counter(op.input["id"] for op in history if op.op == "commit" and op.output)
     assert any(counts[cid] > 1 for cid in acked)
     assert all(len(results) == 1 for results in acked.values())
+
+
+class SendsIfMatchAny(HttpSurface):
+    """A broken client: its compare-and-set sends ``If-Match: *`` (any version) instead
+    of the version it read, so it overwrites what others wrote since (lost updates)."""
+
+    async def cas(self, key: str, version: int | None, value: str) -> tuple[bool, int | None]:
+        if version is None:
+            return await super().cas(key, version, value)
+        path = f"/rooms/{self.room}/docs/{key}"
+        answer = await self._send("PUT", path, headers={"If-Match": "*"}, body={"value": value})
+        if answer.status_code == 200:
+            return True, int(answer.headers["ETag"].strip('"'))
+        return False, None if answer.status_code == 404 else version
 
 
 async def test_http_and_mcp_histories_against_several_servers(
@@ -86,17 +110,27 @@ async def test_http_and_mcp_histories_against_several_servers(
 
         room = fresh_room()
         await create_rooms(bases[0], room)
-        mcp = [await McpSurface(bases[i % SERVERS], room).open() for i in range(3)]
-        try:
-            history = await record_tasks(mcp, Workload(ops=60, seed=4, weights=NO_DELETE))
-            report = await verify(history, mcp[0], len(mcp))
-        finally:
-            for m in reversed(mcp):  # the SDK's sessions nest: last opened, first closed
-                await m.close()
+        mcp = [McpSurface(spread(bases, i), room, seed=i) for i in range(3)]
+        history = await record_mcp_tasks(mcp, Workload(ops=60, seed=4, weights=NO_DELETE))
+        reader = McpSurface(bases, room)
+        report = await verify(history, reader, len(mcp))
+        await reader.close()
         assert report.ok, (report.result.failed, report.anomalies)
         assert report.unknown == 0 and report.operations == len(mcp) * 60
         assert_reached_the_paths(history)
         print(f"mcp: {report.operations} ops in {report.result.seconds:.2f}s")
+
+        # the same HTTP run by clients that drop their If-Match version is caught
+        room = fresh_room()
+        await create_rooms(bases[0], room)
+        broken = [SendsIfMatchAny(bases, room, f"b{i}", seed=i) for i in range(CLIENTS)]
+        history = await record_tasks(broken, Workload(ops=60, seed=1))
+        checker = HttpSurface(bases, room, "verifier")
+        report = await verify(history, checker, CLIENTS)
+        for s in (*broken, checker):
+            await s.close()
+        assert not report.result.linearizable
+        assert set(report.result.failed) <= {"k0", "k1"}  # the documents, not the logs
 
 
 async def inject(procs: list[ServerProcess]) -> None:
@@ -152,3 +186,33 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
         }
         # the killed server runs again (restarted on its port mid-run), the stopped one too
         assert all(p.running for p in procs)
+
+
+async def kill_and_restart(proc: ServerProcess) -> None:
+    await asyncio.sleep(1.0)
+    proc.kill()
+    await asyncio.sleep(0.5)
+    await proc.start()
+
+
+async def test_mcp_histories_stay_linearizable_when_a_server_is_killed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    async with servers(url, tmp_path) as procs:
+        bases = [p.base for p in procs]
+        room = fresh_room()
+        await create_rooms(bases[0], room)
+        # two clients on the server that is killed, one on another
+        mcp = [McpSurface(spread(bases, i), room, seed=i, timeout=FAULT_TIMEOUT) for i in (0, 0, 1)]
+        workload = Workload(ops=80, seed=4, weights=NO_DELETE, timeout=2 * FAULT_TIMEOUT + 1)
+        history, _ = await asyncio.gather(
+            record_mcp_tasks(mcp, workload), kill_and_restart(procs[0])
+        )
+        reader = McpSurface(bases, room)
+        report = await verify(history, reader, len(mcp))
+        await reader.close()
+    reports = sum((m.reports for m in mcp), Counter[str]())
+    print(f"{report.operations} ops, {report.unknown} unknown; {reports}")
+    assert report.ok, (report.result.failed, report.anomalies)
+    # the killed server's clients lost their sessions and went on with new ones
+    assert mcp[0].sessions > 1 and mcp[1].sessions > 1 and mcp[2].sessions == 1
+    assert report.unknown > 0

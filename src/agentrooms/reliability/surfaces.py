@@ -46,8 +46,9 @@ that was never sent (connection refused: a killed server) is sent to another one
 connection reset, a timeout: a killed or stopped server) or a 503 is an *unknown
 outcome* (:class:`UnknownOutcome`). Any other 5xx ends the run as a bug. Every such
 event is counted in :attr:`HttpSurface.reports` by how the caller saw it. An MCP
-session is bound to the server it opened on (the session lives there), so each
-:class:`McpSurface` picks one server for its whole run.
+session lives on the server it opened on, so an :class:`McpSurface` stays on one server
+until that server loses its session (a killed server: the SDK's ``MCPError``
+"Connection closed", an unknown outcome), then opens a new one on another.
 """
 
 from __future__ import annotations
@@ -58,19 +59,32 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-__all__ = ["COMMITTER", "HttpSurface", "McpSurface", "UnknownOutcome", "create_rooms", "logs"]
+from agentrooms.reliability.history import Operation
+from agentrooms.reliability.recorder import Workload, run_client
+
+__all__ = [
+    "COMMITTER",
+    "HttpSurface",
+    "McpSurface",
+    "UnknownOutcome",
+    "create_rooms",
+    "logs",
+    "record_mcp_tasks",
+]
 
 COMMITTER = "committer"
 """The agent every commit is sent as (idempotency keys are scoped to the agent)."""
 PAGE = 1000  # the API's largest page of events
+CONNECTION_CLOSED = -32000  # the SDK's MCPError code when the server's connection closed
 
 
 class UnknownOutcome(ConnectionError):
@@ -278,16 +292,23 @@ class HttpSurface:
 
 
 class McpSurface:
-    """One recording client of the MCP endpoint of ``base`` (``/mcp``), as agent
+    """One recording client of the MCP endpoints (``/mcp``) of ``bases``, as agent
     :data:`COMMITTER` (its ``request_id``s must share an agent), on the documents of
-    ``room`` and its :func:`logs` rooms. :meth:`open` connects, :meth:`close` ends the
-    session."""
+    ``room`` and its :func:`logs` rooms. Its session opens on ``bases[0]``; when the
+    server loses it (the connection closed: a killed server), the call in flight is an
+    unknown outcome and the next call opens a new session on another server. The SDK's
+    session is held by a task of its own; :meth:`close` ends it."""
 
-    def __init__(self, base: str, room: str, *, timeout: float = 10.0) -> None:
-        self.base, self.room, self.timeout = base, room, timeout
+    def __init__(
+        self, bases: Sequence[str], room: str, *, seed: int = 0, timeout: float = 10.0
+    ) -> None:
+        self.bases, self.room, self.timeout = list(bases), room, timeout
+        self.base = self.bases[0]
+        self.rng = random.Random(seed)
         self.log, self.commands = logs(room)
         self.reports: Counter[str] = Counter()
-        self._stack = AsyncExitStack()
+        self.sessions = 0  # sessions opened
+        self._holder: tuple[asyncio.Task[None], asyncio.Event] | None = None
         self._client: Client | None = None
 
     @asynccontextmanager
@@ -300,19 +321,67 @@ class McpSurface:
             yield client
 
     async def open(self) -> McpSurface:
-        self._client = await self._stack.enter_async_context(self._session(COMMITTER))
+        """Open a session on :attr:`base`, held by a task of its own (the SDK's
+        sessions must be closed by the task that opened them, and each recorded call
+        runs in a task of its own). ``UnknownOutcome`` if it cannot be opened (the
+        server is gone; the next try goes to another): how it failed is counted in
+        :attr:`reports`."""
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        done = asyncio.Event()
+
+        async def hold() -> None:
+            try:
+                async with self._session(COMMITTER) as client:
+                    ready.set_result(client)
+                    await done.wait()
+            except Exception as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                else:  # a session whose server is gone ends with its error
+                    self.reports[f"closing a lost session: {type(exc).__name__}"] += 1
+
+        holder = asyncio.create_task(hold())
+        try:
+            self._client = await ready
+        except Exception as exc:
+            await holder
+            self.reports[f"opening a session: {type(exc).__name__}"] += 1
+            others = [b for b in self.bases if b != self.base]
+            self.base = self.rng.choice(others or self.bases)
+            raise UnknownOutcome(f"no MCP session on {self.base}") from exc
+        self._holder, self.sessions = (holder, done), self.sessions + 1
         return self
+
+    async def _close(self) -> None:
+        holder, self._holder, self._client = self._holder, None, None
+        if holder is not None:
+            task, done = holder
+            done.set()
+            await task
+
+    async def _lost(self) -> None:
+        """The server lost the session: close it; the next call opens one elsewhere."""
+        await self._close()
+        others = [b for b in self.bases if b != self.base]
+        self.base = self.rng.choice(others or self.bases)
 
     async def _call(self, tool: str, client: Client | None = None, **args: Any) -> dict[str, Any]:
         """The tool's body, or ``{"error": {...}}`` for a typed failure."""
+        if client is None and self._client is None:
+            await self.open()
         session = client or self._client
-        assert session is not None, "open() first"
+        assert session is not None
         while True:
             try:
                 result: CallToolResult = await session.call_tool(tool, args)
-            except httpx2.TransportError as exc:
-                self.reports[f"{type(exc).__name__}: unknown outcome"] += 1
-                raise UnknownOutcome(f"{tool}: {type(exc).__name__}") from exc
+            except (httpx2.TransportError, MCPError) as exc:
+                if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
+                    raise
+                shown = f"MCPError {exc.message!r}" if isinstance(exc, MCPError) else ""
+                self.reports[f"{shown or type(exc).__name__}: unknown outcome"] += 1
+                if client is None:
+                    await self._lost()
+                raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}") from exc
             block = result.content[0]
             assert isinstance(block, TextContent)
             if not result.is_error:
@@ -370,8 +439,14 @@ class McpSurface:
 
     async def _events(self, room: str) -> list[tuple[int, str]]:
         # the only event read of MCP goes through a cursor: a new agent's is at 0
-        async with self._session(f"reader-{uuid.uuid4().hex[:12]}") as reader:
-            body = await self._call("read_new_events", reader, room=room, limit=PAGE)
+        try:
+            async with self._session(f"reader-{uuid.uuid4().hex[:12]}") as reader:
+                body = await self._call("read_new_events", reader, room=room, limit=PAGE)
+        except UnknownOutcome:
+            raise
+        except Exception as exc:
+            self.reports[f"a reading session: {type(exc).__name__}"] += 1
+            raise UnknownOutcome(f"no reading session on {self.base}") from exc
         if "error" in body or body.get("more"):
             raise RuntimeError(f"read_new_events did not read the whole log: {body}")
         events: list[dict[str, Any]] = body["events"]
@@ -394,4 +469,18 @@ class McpSurface:
         return [data for _, data in await self._events(self.commands)]
 
     async def close(self) -> None:
-        await self._stack.aclose()
+        await self._close()
+
+
+async def record_mcp_tasks(surfaces: Sequence[McpSurface], workload: Workload) -> list[Operation]:
+    """Run one client per MCP surface as tasks of this process (each closed when it is
+    done); the merged history."""
+
+    async def one(surface: McpSurface, client: int) -> list[Operation]:
+        try:
+            return await run_client(surface, client, workload)
+        finally:
+            await surface.close()
+
+    histories = await asyncio.gather(*(one(s, i) for i, s in enumerate(surfaces)))
+    return [op for h in histories for op in h]
