@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from agentrooms.reliability.checker import check
 from agentrooms.reliability.history import Operation
+from agentrooms.reliability.models import StoreModel
 from agentrooms.reliability.recorder import COMMITS, LOG, Workload, record_tasks, verify
 from agentrooms.reliability.servers import ServerProcess
 from agentrooms.reliability.surfaces import (
@@ -236,3 +238,23 @@ async def test_mcp_histories_stay_linearizable_when_a_server_is_killed(cluster: 
         "store_unavailable: unknown outcome",
     }, reports
     assert all(p.running for p in procs)
+
+
+def test_a_commit_that_does_not_say_whether_it_replayed_is_checked_by_its_position() -> None:
+    """Over HTTP and MCP a replay answers the first call's seq and says nothing more:
+    ``replayed`` is ``None``; a repeated id must then answer the recorded position."""
+
+    def commit(client: int, cid: str, result: int, at: int) -> Operation:
+        return Operation(
+            client, COMMITS, "commit", {"id": cid}, {"result": result, "replayed": None}, at, at + 1
+        )
+
+    def read(ids: list[str], at: int) -> Operation:
+        return Operation(9, COMMITS, "read_commits", None, {"ids": ids}, at, at + 1)
+
+    ok = [commit(0, "a", 1, 0), commit(1, "b", 2, 2), commit(2, "a", 1, 4), read(["a", "b"], 6)]
+    assert check(StoreModel(), ok).linearizable
+    moved = [*ok[:2], commit(2, "a", 3, 4), read(["a", "b"], 6)]  # a replay at a new position
+    assert not check(StoreModel(), moved).linearizable
+    twice = [*ok[:2], commit(2, "a", 3, 4), read(["a", "b", "a"], 6)]  # applied twice
+    assert not check(StoreModel(), twice).linearizable
