@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,16 +151,27 @@ async def test_http_and_mcp_histories_against_several_servers(cluster: Cluster) 
     assert set(report.result.failed) <= {"k0", "k1"}  # the documents, not the logs
 
 
-async def inject(procs: list[ServerProcess]) -> None:
+async def answered(count: Callable[[], int], n: int) -> None:
+    """Wait until the clients have had ``n`` answers (faults follow the run's progress,
+    not the clock, so they land mid-run on a fast machine as on a slow one)."""
+    while count() < n:  # noqa: ASYNC110 (the counters belong to the surfaces)
+        await asyncio.sleep(0.01)
+
+
+async def inject(procs: list[ServerProcess], clients: list[HttpSurface]) -> None:
     """While the clients run: ``kill -9`` the first server, start it again on its port
     (it rejoins), and SIGSTOP the second for longer than a request's timeout, then
     SIGCONT it (it answers what it queued, after its callers gave up)."""
-    await asyncio.sleep(0.5)
+
+    def count() -> int:
+        return sum(sum(c.answered.values()) for c in clients)
+
+    await answered(count, 60)
     procs[0].kill()
-    await asyncio.sleep(0.5)
+    await answered(count, 120)
     procs[1].pause()
     await procs[0].start()
-    await asyncio.sleep(max(0.0, FAULT_TIMEOUT + 0.5))
+    await asyncio.sleep(FAULT_TIMEOUT + 0.5)
     procs[1].resume()
 
 
@@ -178,7 +189,7 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
         HttpSurface(bases, room, f"a{i}", seed=i, timeout=FAULT_TIMEOUT) for i in range(CLIENTS)
     ]
     workload = Workload(ops=100, seed=5, timeout=2 * FAULT_TIMEOUT + 1)
-    history, _ = await asyncio.gather(record_tasks(http, workload), inject(procs))
+    history, _ = await asyncio.gather(record_tasks(http, workload), inject(procs, http))
     checker = HttpSurface(bases, room, "verifier")
     report = await verify(history, checker, CLIENTS)
     for s in (*http, checker):
@@ -205,8 +216,8 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
     assert all(p.running for p in procs)
 
 
-async def kill_and_restart(proc: ServerProcess) -> None:
-    await asyncio.sleep(1.0)
+async def kill_and_restart(proc: ServerProcess, clients: list[McpSurface]) -> None:
+    await answered(lambda: sum(c.answered for c in clients), 40)
     proc.kill()
     await asyncio.sleep(0.5)
     await proc.start()
@@ -219,7 +230,9 @@ async def test_mcp_histories_stay_linearizable_when_a_server_is_killed(cluster: 
     # two clients on the server that is killed, one on another
     mcp = [McpSurface(spread(bases, i), room, seed=i, timeout=FAULT_TIMEOUT) for i in (0, 0, 1)]
     workload = Workload(ops=60, seed=4, weights=NO_DELETE, timeout=2 * FAULT_TIMEOUT + 1)
-    history, _ = await asyncio.gather(record_mcp_tasks(mcp, workload), kill_and_restart(procs[0]))
+    history, _ = await asyncio.gather(
+        record_mcp_tasks(mcp, workload), kill_and_restart(procs[0], mcp)
+    )
     reader = McpSurface(bases, room)
     report = await verify(history, reader, len(mcp))
     await reader.close()

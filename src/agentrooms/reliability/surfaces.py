@@ -308,6 +308,7 @@ class McpSurface:
         self.log, self.commands = logs(room)
         self.reports: Counter[str] = Counter()
         self.sessions = 0  # sessions opened
+        self.answered = 0  # tool calls answered
         self._holder: tuple[asyncio.Task[None], asyncio.Event] | None = None
         self._client: Client | None = None
 
@@ -382,6 +383,7 @@ class McpSurface:
                 if client is None:
                     await self._lost()
                 raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}") from exc
+            self.answered += 1
             block = result.content[0]
             assert isinstance(block, TextContent)
             if not result.is_error:
