@@ -129,7 +129,9 @@ class StoreModel:
 
     The commit key holds the command ids applied, in order: a commit of a new id applies
     it (result: its position), a commit of an id already applied is a replay of the
-    recorded result, and ``read_commits`` returns the list.
+    recorded result, and ``read_commits`` returns the list. A surface that does not say
+    whether a commit was a replay records ``replayed`` as ``None``: its position is then
+    checked alone.
     """
 
     def partition(self, op: Operation) -> str:
@@ -247,7 +249,8 @@ def _commit_step(state: Any, p: Any, unknown: bool) -> tuple[Hashable, ...]:
     if cid in state:
         if unknown:
             return (state,)
-        return (state,) if replayed and result == state.index(cid) + 1 else ()
+        # a replay (``replayed`` None: the surface does not say) of the recorded position
+        return (state,) if replayed is not False and result == state.index(cid) + 1 else ()
     if unknown:
         return ((*state, cid),)
-    return ((*state, cid),) if not replayed and result == len(state) + 1 else ()
+    return ((*state, cid),) if replayed is not True and result == len(state) + 1 else ()

@@ -16,7 +16,7 @@ records each call as an :class:`~agentrooms.reliability.history.Operation` for
   conflicts only (no effect). Any other exception is a bug and ends the run.
 * The surface a client goes through is pluggable (:class:`Surface`):
   :class:`LibrarySurface` calls the library (``Store.read``/``transact``/``read_log``
-  and ``commit``); HTTP and MCP surfaces implement the same methods.
+  and ``commit``); :mod:`agentrooms.reliability.surfaces` has the HTTP and MCP ones.
 
 :func:`record_tasks` runs the clients as asyncio tasks of this process (the only way
 to share a ``memory://`` store), :func:`record_processes` as separate processes
@@ -103,9 +103,10 @@ class Surface(Protocol):
         """Every event of the log, as ``(seq, item)``."""
         ...
 
-    async def commit(self, command_id: str) -> tuple[int, bool] | None:
+    async def commit(self, command_id: str) -> tuple[int, bool | None] | None:
         """Add ``command_id`` to the commit key's list, once per id: ``(position,
-        replayed)``, or ``None`` when the commit gave up after conflicts only."""
+        replayed)`` (``replayed`` is ``None`` where the surface does not say), or
+        ``None`` when the commit gave up after conflicts only."""
         ...
 
     async def read_commits(self) -> list[str]: ...
@@ -167,7 +168,7 @@ class LibrarySurface:
         events = await self._around(self.store.read_log(self.room, 0, self.store.limits.max_page))
         return [(e.seq, e.data) for e in events]
 
-    async def commit(self, command_id: str) -> tuple[int, bool] | None:
+    async def commit(self, command_id: str) -> tuple[int, bool | None] | None:
         try:
             done = await self._around(
                 commit(
