@@ -31,10 +31,10 @@ The search, per partition:
   linearization valid. This cuts the orders of concurrent reads, which otherwise
   dominate the search on histories that are not linearizable.
 * An unplaced observer must be placed before every operation called after its return,
-  so only the calls before its return can come between now and it. When, for an observer
-  called before the first return entry, the model says no sequence of those calls can
-  make it hold (a read of a value none of them writes), the configuration fails without
-  being explored.
+  so only the calls before its return can come between now and it. When, for any
+  unplaced observer, the model says no sequence of those calls can make it hold (a read
+  of a value none of them writes, a get of a string that neither the current value nor
+  any of those puts begins), the configuration fails without being explored.
 
 An operation whose outcome is unknown (``Operation.ret is None``: a timeout, a killed
 client, Jepsen's ``:info``) has an infinite return time: it may take effect at any instant
@@ -69,9 +69,12 @@ class Model(Protocol):
     takes effect in ``state`` with its recorded output (with any output when ``unknown``);
     an empty result means the output is impossible in that state.
     ``observes(prepared)``: the operation never changes any state (a read).
-    ``unreachable(state, observer, candidates)``: ``True`` only if no sequence of some of
-    ``candidates`` (each at most once, in any order) applied to ``state`` can make
-    ``observer`` hold (``False`` when unsure: it only prunes).
+    ``reaches(prepared)``: what the operation may contribute to the states a sequence of
+    operations can reach (a value it may write), ``None`` for nothing.
+    ``unreachable(state, observer, reached)``: ``True`` only if no sequence of some
+    operations (each at most once, in any order) whose ``reaches`` are ``reached``,
+    applied to ``state``, can make ``observer`` hold (``False`` when unsure: it only
+    prunes).
     """
 
     def partition(self, op: Operation) -> str: ...
@@ -84,7 +87,9 @@ class Model(Protocol):
 
     def observes(self, prepared: Any) -> bool: ...
 
-    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool: ...
+    def reaches(self, prepared: Any) -> Hashable | None: ...
+
+    def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +191,8 @@ def _search(  # noqa: PLR0915 (one search loop, kept in one frame for speed)
     inputs = [prepared for _, prepared in ops]
     unknown = [op.ret is None for op, _ in ops]
     observer = [not u and model.observes(p) for u, p in zip(unknown, inputs, strict=True)]
+    reaches = [model.reaches(p) for p in inputs]
+    unreachable = model.unreachable
     step = model.step
 
     def successors(states: frozenset[Hashable], i: int) -> frozenset[Hashable]:
@@ -198,26 +205,16 @@ def _search(  # noqa: PLR0915 (one search loop, kept in one frame for speed)
         return frozenset(out)
 
     def dead() -> bool:
-        """Some unplaced observer called before the first return cannot hold whatever
-        runs before its own return."""
-        pending = []  # observers whose call was seen, until their return is reached
-        before: list[Any] = []  # calls seen so far
+        """Some unplaced observer cannot hold whatever runs before its own return."""
+        reached: set[Hashable] = set()  # what the calls seen so far may contribute
         e = nxt[0]
-        first = True
         while e != -1:
             i = (e - 1) >> 1
             if e & 1:
-                before.append(inputs[i])
-                if first and observer[i]:
-                    pending.append(i)
-            else:
-                first = False
-                if i in pending:
-                    pending.remove(i)
-                    if all(model.unreachable(s, inputs[i], before) for s in state):
-                        return True
-                if not pending:
-                    return False
+                if reaches[i] is not None:
+                    reached.add(reaches[i])
+            elif observer[i] and all(unreachable(s, inputs[i], reached) for s in state):
+                return True
             e = nxt[e]
         return False
 
