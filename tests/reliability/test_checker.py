@@ -97,6 +97,15 @@ def test_cas_outcomes_follow_the_value() -> None:
     assert not check(RegisterModel(), bad).linearizable
 
 
+def test_a_cas_back_to_absent_makes_a_read_of_absent_reachable() -> None:
+    history = [
+        op(0, "write", 1, None, 0, 1),
+        op(0, "cas", [1, None], True, 2, 10),  # the register's value back to nil
+        op(1, "read", None, None, 3, 4),
+    ]
+    assert check(RegisterModel(), history).linearizable
+
+
 def test_an_unknown_write_may_take_effect_late() -> None:
     history = [
         op(0, "write", 1, None, 0, None),  # the client timed out

@@ -70,7 +70,7 @@ class Model(Protocol):
     an empty result means the output is impossible in that state.
     ``observes(prepared)``: the operation never changes any state (a read).
     ``reaches(prepared)``: what the operation may contribute to the states a sequence of
-    operations can reach (a value it may write), ``None`` for nothing.
+    operations can reach (the values it may write; empty for nothing).
     ``unreachable(state, observer, reached)``: ``True`` only if no sequence of some
     operations (each at most once, in any order) whose ``reaches`` are ``reached``,
     applied to ``state``, can make ``observer`` hold (``False`` when unsure: it only
@@ -87,7 +87,7 @@ class Model(Protocol):
 
     def observes(self, prepared: Any) -> bool: ...
 
-    def reaches(self, prepared: Any) -> Hashable | None: ...
+    def reaches(self, prepared: Any) -> tuple[Hashable, ...]: ...
 
     def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool: ...
 
@@ -204,17 +204,34 @@ def _search(  # noqa: PLR0915 (one search loop, kept in one frame for speed)
             out.update(step(s, inputs[i], unknown[i]))
         return frozenset(out)
 
+    # per entry: a call's contribution, or a return's observer (None: nothing to do)
+    work: list[Any] = [None] * (2 * n + 1)
+    for i in range(n):
+        work[2 * i + 1] = reaches[i] or None
+        work[2 * i + 2] = inputs[i] if observer[i] else None
+
     def dead() -> bool:
         """Some unplaced observer cannot hold whatever runs before its own return."""
         reached: set[Hashable] = set()  # what the calls seen so far may contribute
         e = nxt[0]
+        if len(state) == 1:  # the common case, without a generator per observer
+            (only,) = state
+            while e != -1:
+                w = work[e]
+                if w is not None:
+                    if e & 1:
+                        reached.update(w)
+                    elif unreachable(only, w, reached):
+                        return True
+                e = nxt[e]
+            return False
         while e != -1:
-            i = (e - 1) >> 1
-            if e & 1:
-                if reaches[i] is not None:
-                    reached.add(reaches[i])
-            elif observer[i] and all(unreachable(s, inputs[i], reached) for s in state):
-                return True
+            w = work[e]
+            if w is not None:
+                if e & 1:
+                    reached.update(w)
+                elif all(unreachable(s, w, reached) for s in state):
+                    return True
             e = nxt[e]
         return False
 

@@ -46,12 +46,11 @@ class RegisterModel:
     def observes(self, p: Any) -> bool:
         return p[0] == "r" or (p[0] == "c" and p[3] is False)
 
-    def reaches(self, p: Any) -> Hashable | None:
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
         """The value a write or a compare-and-set not known to have failed may write."""
-        value: Hashable | None = p[1] if p[0] == "w" else None
-        if p[0] == "c" and p[3] is not False:
-            value = p[2]
-        return value
+        if p[0] == "w":
+            return (p[1],)
+        return (p[2],) if p[0] == "c" and p[3] is not False else ()
 
     def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         if observer[0] == "r":  # the value read is there, or some candidate writes it
@@ -91,9 +90,9 @@ class AppendModel:
     def observes(self, p: Any) -> bool:
         return bool(p[0] == "g")
 
-    def reaches(self, p: Any) -> Hashable | None:
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
         """A put's value (an append only adds to the end of whatever is there)."""
-        return p[1] if p[0] == "p" else None
+        return (p[1],) if p[0] == "p" else ()
 
     def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         # a value only grows at its end, from the current value or from a put's
@@ -180,8 +179,8 @@ class StoreModel:
             return p[3] is True
         return kind in ("read", "read_log", "read_commits")
 
-    def reaches(self, p: Any) -> Hashable | None:
-        return None
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
+        return ()
 
     def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         return False  # no cut beyond the search's own
