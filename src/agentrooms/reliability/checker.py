@@ -18,7 +18,11 @@ The search, per partition:
   reaches a configuration seen before (Lowe): a linearized set is an ``int`` bitset, a
   state any hashable value.
 * Partitions are checked separately (P-compositionality): a history is linearizable iff
-  each key's sub-history is, so the search only ever sees one key's operations.
+  each key's sub-history is, so the search only ever sees one key's operations. The
+  partitions' searches take turns, a slice of steps each, and all stop as soon as one
+  fails (porcupine runs them in parallel and kills the rest at the first failure): one
+  key without a linearization decides the history, even when another key's search would
+  take far longer to end.
 
 * An *observer* (an operation the model says never changes the state: a read, a failed
   compare-and-set) that holds in every possible state of the current configuration is
@@ -27,10 +31,10 @@ The search, per partition:
   linearization valid. This cuts the orders of concurrent reads, which otherwise
   dominate the search on histories that are not linearizable.
 * An unplaced observer must be placed before every operation called after its return,
-  so only the calls before its return can come between now and it. When, for an observer
-  called before the first return entry, the model says no sequence of those calls can
-  make it hold (a read of a value none of them writes), the configuration fails without
-  being explored.
+  so only the calls before its return can come between now and it. When, for any
+  unplaced observer, the model says no sequence of those calls can make it hold (a read
+  of a value none of them writes, a get of a string that neither the current value nor
+  any of those puts begins), the configuration fails without being explored.
 
 An operation whose outcome is unknown (``Operation.ret is None``: a timeout, a killed
 client, Jepsen's ``:info``) has an infinite return time: it may take effect at any instant
@@ -46,7 +50,7 @@ states (porcupine's power-set construction), so it needs no extra backtracking f
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Generator, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -65,9 +69,12 @@ class Model(Protocol):
     takes effect in ``state`` with its recorded output (with any output when ``unknown``);
     an empty result means the output is impossible in that state.
     ``observes(prepared)``: the operation never changes any state (a read).
-    ``unreachable(state, observer, candidates)``: ``True`` only if no sequence of some of
-    ``candidates`` (each at most once, in any order) applied to ``state`` can make
-    ``observer`` hold (``False`` when unsure: it only prunes).
+    ``reaches(prepared)``: what the operation may contribute to the states a sequence of
+    operations can reach (the values it may write; empty for nothing).
+    ``unreachable(state, observer, reached)``: ``True`` only if no sequence of some
+    operations (each at most once, in any order) whose ``reaches`` are ``reached``,
+    applied to ``state``, can make ``observer`` hold (``False`` when unsure: it only
+    prunes).
     """
 
     def partition(self, op: Operation) -> str: ...
@@ -80,16 +87,20 @@ class Model(Protocol):
 
     def observes(self, prepared: Any) -> bool: ...
 
-    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool: ...
+    def reaches(self, prepared: Any) -> tuple[Hashable, ...]: ...
+
+    def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionResult:
-    """One key's verdict. ``steps``: configurations the search tried; ``longest``: the
-    most operations it managed to linearize at once (all of them when linearizable)."""
+    """One key's verdict: ``linearizable`` is ``None`` when its search was stopped
+    undecided because another key had already failed. ``steps``: configurations the
+    search tried; ``longest``: the most operations it managed to linearize at once (all
+    of them when linearizable)."""
 
     key: str
-    linearizable: bool
+    linearizable: bool | None
     operations: int
     unknown: int
     steps: int
@@ -98,7 +109,8 @@ class PartitionResult:
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    """A history's verdict: linearizable iff every partition is."""
+    """A history's verdict: linearizable iff every partition is (when one is not, the
+    ones still undecided then are left undecided)."""
 
     linearizable: bool
     partitions: list[PartitionResult] = field(default_factory=list)
@@ -110,8 +122,11 @@ class CheckResult:
 
     @property
     def failed(self) -> list[str]:
-        """The keys with no linearization."""
-        return [p.key for p in self.partitions if not p.linearizable]
+        """The keys with no linearization (at least one when not linearizable)."""
+        return [p.key for p in self.partitions if p.linearizable is False]
+
+
+_SLICE = 1024  # search steps a partition takes in its turn
 
 
 def check(model: Model, history: Iterable[Operation]) -> CheckResult:
@@ -119,7 +134,9 @@ def check(model: Model, history: Iterable[Operation]) -> CheckResult:
 
     Raises ``ValueError`` for an operation the model does not know. Exact: no time limit
     and no sampling; the cost is exponential only in the worst case, which the
-    memoization keeps away from the histories recorded here.
+    memoization keeps away from the histories recorded here. The partitions are searched
+    in turns and the check ends at the first one that fails, leaving the unfinished ones
+    undecided (``PartitionResult.linearizable is None``).
     """
     started = time.perf_counter()
     parts: dict[str, list[tuple[Operation, Any]]] = {}
@@ -127,13 +144,36 @@ def check(model: Model, history: Iterable[Operation]) -> CheckResult:
         prepared = model.prepare(op)
         if prepared is not None:
             parts.setdefault(model.partition(op), []).append((op, prepared))
-    results = [_check_partition(model, key, ops) for key, ops in sorted(parts.items())]
-    return CheckResult(all(r.linearizable for r in results), results, time.perf_counter() - started)
+    searches = {key: _search(model, key, ops) for key, ops in sorted(parts.items())}
+    progress = {key: (0, 0) for key in searches}
+    results: dict[str, PartitionResult] = {}
+    failed = False
+    while searches and not failed:
+        for key, search in list(searches.items()):
+            try:
+                progress[key] = next(search)
+            except StopIteration as done:
+                results[key] = done.value
+                del searches[key]
+                if not done.value.linearizable:
+                    failed = True
+                    break
+    for key, search in searches.items():  # stopped undecided: another key failed
+        search.close()
+        ops = parts[key]
+        steps, longest = progress[key]
+        unknown = sum(op.ret is None for op, _ in ops)
+        results[key] = PartitionResult(key, None, len(ops), unknown, steps, longest)
+    ordered = [results[key] for key in sorted(results)]
+    linearizable = all(r.linearizable for r in ordered)
+    return CheckResult(linearizable, ordered, time.perf_counter() - started)
 
 
-def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for speed)
+def _search(  # noqa: PLR0915 (one search loop, kept in one frame for speed)
     model: Model, key: str, ops: Sequence[tuple[Operation, Any]]
-) -> PartitionResult:
+) -> Generator[tuple[int, int], None, PartitionResult]:
+    """One partition's search: yields ``(steps, longest)`` every ``_SLICE`` steps (its
+    turn is over) and returns its verdict."""
     n = len(ops)
     infinity = max((op.call if op.ret is None else op.ret for op, _ in ops), default=0) + 1
     # entry numbering: 0 is the head; op i has call entry 2i+1 and return entry 2i+2
@@ -151,6 +191,8 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
     inputs = [prepared for _, prepared in ops]
     unknown = [op.ret is None for op, _ in ops]
     observer = [not u and model.observes(p) for u, p in zip(unknown, inputs, strict=True)]
+    reaches = [model.reaches(p) for p in inputs]
+    unreachable = model.unreachable
     step = model.step
 
     def successors(states: frozenset[Hashable], i: int) -> frozenset[Hashable]:
@@ -162,27 +204,34 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
             out.update(step(s, inputs[i], unknown[i]))
         return frozenset(out)
 
+    # per entry: a call's contribution, or a return's observer (None: nothing to do)
+    work: list[Any] = [None] * (2 * n + 1)
+    for i in range(n):
+        work[2 * i + 1] = reaches[i] or None
+        work[2 * i + 2] = inputs[i] if observer[i] else None
+
     def dead() -> bool:
-        """Some unplaced observer called before the first return cannot hold whatever
-        runs before its own return."""
-        pending = []  # observers whose call was seen, until their return is reached
-        before: list[Any] = []  # calls seen so far
+        """Some unplaced observer cannot hold whatever runs before its own return."""
+        reached: set[Hashable] = set()  # what the calls seen so far may contribute
         e = nxt[0]
-        first = True
-        while e != -1:
-            i = (e - 1) >> 1
-            if e & 1:
-                before.append(inputs[i])
-                if first and observer[i]:
-                    pending.append(i)
-            else:
-                first = False
-                if i in pending:
-                    pending.remove(i)
-                    if all(model.unreachable(s, inputs[i], before) for s in state):
+        if len(state) == 1:  # the common case, without a generator per observer
+            (only,) = state
+            while e != -1:
+                w = work[e]
+                if w is not None:
+                    if e & 1:
+                        reached.update(w)
+                    elif unreachable(only, w, reached):
                         return True
-                if not pending:
-                    return False
+                e = nxt[e]
+            return False
+        while e != -1:
+            w = work[e]
+            if w is not None:
+                if e & 1:
+                    reached.update(w)
+                elif all(unreachable(s, w, reached) for s in state):
+                    return True
             e = nxt[e]
         return False
 
@@ -211,6 +260,8 @@ def _check_partition(  # noqa: PLR0915 (one search loop, kept in one frame for s
     ok = True
     while nxt[0] != -1:
         steps += 1
+        if not steps % _SLICE:
+            yield steps, longest
         if fresh:
             fresh = False
             # An observer (it never changes the state) that holds in every possible

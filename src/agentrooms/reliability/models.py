@@ -46,12 +46,17 @@ class RegisterModel:
     def observes(self, p: Any) -> bool:
         return p[0] == "r" or (p[0] == "c" and p[3] is False)
 
-    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool:
-        writes = [c[1] if c[0] == "w" else c[2] for c in candidates if _writes(c)]
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
+        """The value a write or a compare-and-set not known to have failed may write."""
+        if p[0] == "w":
+            return (p[1],)
+        return (p[2],) if p[0] == "c" and p[3] is not False else ()
+
+    def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         if observer[0] == "r":  # the value read is there, or some candidate writes it
-            return state != observer[1] and observer[1] not in writes
+            return state != observer[1] and observer[1] not in reached
         a = observer[1]  # a failed cas: the value differs from ``a``, or can come to
-        return state == a and all(v == a for v in writes)
+        return state == a and reached <= {a}
 
     def step(self, state: Any, p: Any, unknown: bool) -> tuple[Hashable, ...]:
         kind = p[0]
@@ -63,12 +68,6 @@ class RegisterModel:
         if unknown or swapped:
             return (b,) if state == a else ()
         return (state,) if state != a else ()
-
-
-def _writes(p: Any) -> bool:
-    """Whether a prepared register operation may write (a write, or a cas not known to
-    have failed)."""
-    return bool(p[0] == "w" or (p[0] == "c" and p[3] is not False))
 
 
 class AppendModel:
@@ -91,11 +90,14 @@ class AppendModel:
     def observes(self, p: Any) -> bool:
         return bool(p[0] == "g")
 
-    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool:
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
+        """A put's value (an append only adds to the end of whatever is there)."""
+        return (p[1],) if p[0] == "p" else ()
+
+    def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         # a value only grows at its end, from the current value or from a put's
         seen: str = observer[1]
-        starts = [state, *(c[1] for c in candidates if c[0] == "p")]
-        return not any(seen.startswith(s) for s in starts)
+        return not seen.startswith(state) and not any(seen.startswith(v) for v in reached)
 
     def step(self, state: Any, p: Any, unknown: bool) -> tuple[Hashable, ...]:
         kind, arg = p
@@ -179,7 +181,10 @@ class StoreModel:
             return p[3] is True
         return kind in ("read", "read_log", "read_commits")
 
-    def unreachable(self, state: Any, observer: Any, candidates: list[Any]) -> bool:
+    def reaches(self, p: Any) -> tuple[Hashable, ...]:
+        return ()
+
+    def unreachable(self, state: Any, observer: Any, reached: set[Any]) -> bool:
         return False  # no cut beyond the search's own
 
     def step(self, state: Any, p: Any, unknown: bool) -> tuple[Hashable, ...]:
