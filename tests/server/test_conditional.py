@@ -3,6 +3,8 @@ precondition, 412 with the current ETag and representation, If-None-Match: * cre
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from agentrooms.store import Store
@@ -104,3 +106,33 @@ async def test_tasks_carry_an_etag(store: Store, room: str) -> None:
         await c.post(f"/v1/rooms/{room}/tasks", json={"tasks": [{"id": "t1"}]}, headers=auth)
         task = await c.get(f"/v1/rooms/{room}/tasks/t1", headers=auth)
         assert task.headers["ETag"] == f'"{task.json()["version"]}"'
+
+
+async def test_if_match_any_never_fails_while_the_document_exists(store: Store, room: str) -> None:
+    """``If-Match: *`` holds whenever the document exists (RFC 9110): concurrent writers
+    change its version under one another, but never make it fail."""
+    async with client(make_app(store)) as c:
+        auth = await _setup(store, c, room)
+        url = f"/v1/rooms/{room}/docs/d"
+        created = await c.put(url, json={"value": 0}, headers={**auth, "If-None-Match": "*"})
+        assert created.status_code == 201
+
+        async def put(i: int) -> int:
+            answer = await c.put(url, json={"value": i}, headers={**auth, "If-Match": "*"})
+            return answer.status_code
+
+        assert await asyncio.gather(*(put(i) for i in range(1, 41))) == [200] * 40
+        final = await c.get(url, headers=auth)
+        assert final.status_code == 200 and final.json()["value"] in range(1, 41)
+
+        async def delete() -> int:
+            return (await c.delete(url, headers={**auth, "If-Match": "*"})).status_code
+
+        codes = await asyncio.gather(delete(), *(put(i) for i in range(5)))
+        assert codes[0] == 204 and set(codes[1:]) <= {200, 412}
+        assert (await c.delete(url, headers={**auth, "If-Match": "*"})).status_code in (204, 412)
+        assert (await c.get(url, headers=auth)).status_code in (200, 404)
+        gone = await c.delete(url, headers={**auth, "If-Match": "*"})
+        if gone.status_code == 204:
+            gone = await c.delete(url, headers={**auth, "If-Match": "*"})
+        assert gone.status_code == 412 and error_of(gone)["type"] == "version_conflict"

@@ -23,6 +23,7 @@ from agentrooms.store.base import (
     Compare,
     Delete,
     FenceAtMost,
+    Present,
     Put,
     VersionIs,
 )
@@ -82,25 +83,29 @@ class Documents:
         *,
         if_match: int | None = None,
         create_only: bool = False,
+        must_exist: bool = False,
         fence: FenceAtMost | None = None,
         event: bool = True,
         command_id: str | None = None,
     ) -> Document:
         """Write the document. ``if_match``: only if its version is still that one
         (``VersionConflict`` naming the current version otherwise); ``create_only``:
-        only if it does not exist (``If-None-Match: *``); ``fence``: only while that
+        only if it does not exist (``If-None-Match: *``); ``must_exist``: only if it
+        exists, whatever its version (``If-Match: *``); ``fence``: only while that
         lease or lock is current (``StaleFence``). Without either condition the write is
         unconditional. Appends ``doc.written`` to the room's log unless ``event=False``.
         With ``command_id``, a repeated call returns the document as the first call wrote
         it (that version), whatever was written since, and writes nothing."""
         key = keys.doc(check_doc_name(name))
-        if if_match is not None and create_only:
-            raise BadRequest("if_match and create_only exclude each other")
+        if (if_match is not None) + create_only + must_exist > 1:
+            raise BadRequest("if_match, create_only and must_exist exclude each other")
         compares: list[Compare] = []
         if if_match is not None:
             compares.append(VersionIs(key, if_match))
         elif create_only:
             compares.append(Absent(key))
+        elif must_exist:
+            compares.append(Present(key))
         if fence is not None:
             compares.append(fence)
         appends = [Append("doc.written", {"doc": name})] if event else []
@@ -110,7 +115,11 @@ class Documents:
 
         def write(view: View, _: JSON) -> Change:
             current = view.version(key)
-            if (if_match is not None and current != if_match) or (create_only and current):
+            if (
+                (if_match is not None and current != if_match)
+                or (create_only and current)
+                or (must_exist and current is None)
+            ):
                 raise VersionConflict({key: current})
             guard = [] if fence is None else [fence]
             return Change(writes=[Put(key, value)], appends=appends, requires=guard)
@@ -121,14 +130,24 @@ class Documents:
             "value": value,
             "if_match": if_match,
             "create_only": create_only,
+            "must_exist": must_exist,
             "fence": None if fence is None else [fence.key, fence.fence],
         }
         result = await self._scope.commit(write, request, [key], command_id=command_id)
         return Document(name, value, result.versions[key])
 
-    async def delete(self, name: str, *, if_match: int | None = None) -> None:
+    async def delete(
+        self, name: str, *, if_match: int | None = None, must_exist: bool = False
+    ) -> None:
+        """Delete the document: only at version ``if_match`` if given (``VersionConflict``
+        naming the current one otherwise), or, with ``must_exist``, whatever its version.
+        ``NotFound`` if a condition was given and it does not exist."""
         key = keys.doc(check_doc_name(name))
-        compares = [VersionIs(key, if_match)] if if_match is not None else []
+        if if_match is not None and must_exist:
+            raise BadRequest("if_match and must_exist exclude each other")
+        compares: list[Compare] = [VersionIs(key, if_match)] if if_match is not None else []
+        if must_exist:
+            compares.append(Present(key))
         try:
             await self._scope.transact(
                 compares, [Delete(key)], [Append("doc.deleted", {"doc": name})]

@@ -13,10 +13,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
 
-from agentrooms.errors import BadRequest, Forbidden, VersionConflict
+from agentrooms.errors import (
+    BadRequest,
+    ContentionExhausted,
+    Forbidden,
+    NotFound,
+    VersionConflict,
+)
 from agentrooms.rooms import Document, Room
 from agentrooms.rooms import keys as room_keys
-from agentrooms.server.conditional import Tags, decide, etag, parse_tags, weak_match
+from agentrooms.server.conditional import Expect, Tags, decide, etag, parse_tags, weak_match
 from agentrooms.server.deps import Access, DocsRead, DocsWrite, IdempotencyKey, command_id
 from agentrooms.server.envelope import PreconditionRequired, error_response
 from agentrooms.server.models import DOC_PATTERN, DocList, DocOut, DocPut, Guard, dump
@@ -37,6 +43,7 @@ IfNoneMatch = Annotated[
     str | None,
     Header(alias="If-None-Match", max_length=4096, description='* to create; or "17"'),
 ]
+REDECIDE = 32  # writes a precondition other than one version is decided again for, at most
 PARTITION = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 WRITTEN: dict[int | str, dict[str, Any]] = {
     200: {"description": "replaced", "headers": ETAG},
@@ -91,20 +98,35 @@ async def put_doc(
     version = None if im is None or inm is not None else im.single_version()
     create = im is None and inm is not None and inm.any
     try:
-        if version is None and not create:
-            current = await _current(access.room, name)
-            expect = decide(None if current is None else current.version, im, inm)
-            if expect is None:
-                raise VersionConflict(
-                    {room_keys.doc(name): None if current is None else current.version}
+        exists = inm is None and im is not None and im.any  # If-Match: *
+        if version is not None or create or exists:  # one compare says it all
+            doc = await docs.put(
+                name,
+                body.value,
+                if_match=version,
+                create_only=create,
+                must_exist=exists,
+                fence=fence,
+                command_id=cmd,
+            )
+            return _answer(doc, 201 if create else 200)
+        for _ in range(REDECIDE):  # decide on the version read; write only if still it
+            expect = await _expect(access.room, name, im, inm)
+            try:
+                doc = await docs.put(
+                    name,
+                    body.value,
+                    if_match=expect.version,
+                    create_only=expect.absent,
+                    fence=fence,
+                    command_id=cmd,
                 )
-            version, create = expect.version, expect.absent
-        doc = await docs.put(
-            name, body.value, if_match=version, create_only=create, fence=fence, command_id=cmd
-        )
+            except VersionConflict:
+                continue  # it changed since the read: decide again on what it is now
+            return _answer(doc, 201 if expect.absent else 200)
     except VersionConflict as exc:
         return await _precondition_failed(access.room, name, exc)
-    return _answer(doc, 201 if create else 200)
+    raise ContentionExhausted(REDECIDE, 0.0, [room_keys.doc(name)])
 
 
 @router.delete(
@@ -120,12 +142,27 @@ async def delete_doc(access: DocsWrite, name: DocName, if_match: IfMatch = None)
         raise PreconditionRequired('deleting a document needs If-Match: "<version>"')
     try:
         version = im.single_version()
-        if version is None:
-            version = await _expected(access.room, name, im)
-        await access.room.docs.delete(name, if_match=version)
+        if version is not None:
+            await access.room.docs.delete(name, if_match=version)
+            return Response(status_code=204)
+        if im.any:  # If-Match: * holds while the document exists, whatever its version
+            try:
+                await access.room.docs.delete(name, must_exist=True)
+            except NotFound:
+                raise VersionConflict({room_keys.doc(name): None}) from None
+            return Response(status_code=204)
+        for _ in range(REDECIDE):
+            expect = await _expect(access.room, name, im, None)
+            if expect.version is None:  # If-Match on an absent document
+                raise VersionConflict({room_keys.doc(name): None})
+            try:
+                await access.room.docs.delete(name, if_match=expect.version)
+            except VersionConflict:
+                continue
+            return Response(status_code=204)
     except VersionConflict as exc:
         return await _precondition_failed(access.room, name, exc)
-    return Response(status_code=204)
+    raise ContentionExhausted(REDECIDE, 0.0, [room_keys.doc(name)])
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -156,12 +193,17 @@ async def _current(room: Room, name: str) -> Document | None:
     return None if record is None else Document(name, record.value, record.version)
 
 
-async def _expected(room: Room, name: str, im: Tags) -> int:
+async def _expect(room: Room, name: str, im: Tags | None, inm: Tags | None) -> Expect:
+    """What a write must compare for the preconditions to hold on the document as read
+    now; ``VersionConflict`` (412) if they do not hold on it. A write that then fails its
+    compare met another version, and is decided again on that one (:data:`REDECIDE`
+    times at most): ``If-Match: *`` or a list of tags fails only on a version read that
+    fails it, never on a change between the read and the write."""
     current = await _current(room, name)
-    expect = decide(None if current is None else current.version, im, None)
-    if expect is None or expect.version is None:
+    expect = decide(None if current is None else current.version, im, inm)
+    if expect is None:
         raise VersionConflict({room_keys.doc(name): None if current is None else current.version})
-    return expect.version
+    return expect
 
 
 async def _precondition_failed(room: Room, name: str, exc: VersionConflict) -> Response:
