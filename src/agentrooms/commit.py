@@ -9,7 +9,7 @@
 
 * Every key the transition read is compared in the write (``VersionIs`` or ``Absent``),
   including keys read only to decide, so a decision computed from a read that has since
-  changed cannot commit (stale reads, seed 004).
+  changed cannot commit (no stale reads).
 * A candidate is never resent after a conflict: the public API takes a transition, not a
   candidate, and each attempt recomputes it from a fresh snapshot.
 * With a ``command_id`` the command's outcome is written in the *same* transact as the

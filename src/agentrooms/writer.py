@@ -1,4 +1,4 @@
-"""The designated writer (seed 004): agents submit conditional intents to a room's queue;
+"""The designated writer: agents submit conditional intents to a room's queue;
 one writer at a time applies them, in order, each as one conditional write.
 
 Layout of queue ``<q>`` in the room (default ``main``)::

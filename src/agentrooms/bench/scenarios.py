@@ -606,7 +606,7 @@ class Raw(Scenario):
 
 
 class BlindWrite(Scenario):
-    """Read, think, write without any compare: the lost update of seed 000."""
+    """Read, think, write without any compare: the classic lost update."""
 
     name = "blind"
 

@@ -1,7 +1,7 @@
 """Counters that merge without conflict: the G-Counter and the PN-Counter.
 
 A G-Counter keeps one slot per node; a node only ever raises its own slot, and a merge
-takes the slot-wise maximum (seed 002). Its value is the sum of the slots, so no
+takes the slot-wise maximum. Its value is the sum of the slots, so no
 increment is lost and none is counted twice however replicas are merged. A PN-Counter is
 two G-Counters, one for increments and one for decrements.
 

@@ -1,5 +1,5 @@
 """The outbox: external side effects requested with a state change, performed by workers
-with the operation id as idempotency key, and settled by a reconciler (seed 003, §8).
+with the operation id as idempotency key, and settled by a reconciler.
 
 Code that may be replayed (a transition in the commit loop) never calls anything
 external. It records the *request* for the call in the same transact as the state

@@ -3,8 +3,7 @@
 A document is one record ``doc/<name>``; its version is the record's version, so every
 read returns value and version together and a write names the version it was computed
 from (HTTP's ``If-Match``). Names may have one partition segment, ``<partition>/<name>``
-(seed 002's partitioning by agent type: the HTTP surface lets a role write only its own
-partition).
+(partitioning by agent type: the HTTP surface lets a role write only its own partition).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ touch the new holder's lock.
 
 Two ways to wait for a held lock:
 
-* ``acquire`` retries with growing sleeps (seed 000: 5 tries, 150 ms steps), then
+* ``acquire`` retries with growing sleeps (5 tries, 150 ms steps), then
   raises ``LockHeld``. Simple, but under contention the lock sits idle while every
   waiter sleeps, and an unlucky waiter can starve.
 * ``wait_acquire`` queues: the waiter registers ``lockq/<name>/<waiter>`` and waits on
@@ -374,7 +374,7 @@ class Locks:
         read: Sequence[str] = (),
     ) -> Lock:
         """Try ``tries`` times, waiting ``step``, ``2*step``, ``3*step``... between
-        tries (seed 000's bounded backoff), then raise ``LockHeld``. ``read``: records
+        tries (a bounded backoff), then raise ``LockHeld``. ``read``: records
         the grant comes with (:meth:`wait_acquire`)."""
         if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
             raise BadRequest("tries must be a positive integer")

@@ -1,7 +1,7 @@
 """Typed, versioned domain events and the upcasters that keep old ones readable.
 
-An event type is a name and an integer version, written ``"TaskPriorityChanged/v2"``
-(seed 002). When an event's schema changes, its version goes up and an *upcaster*
+An event type is a name and an integer version, written ``"TaskPriorityChanged/v2"``.
+When an event's schema changes, its version goes up and an *upcaster*
 registered for ``(name, old_version)`` turns the old data into the next version's.
 Upcasters chain (v1 -> v2 -> v3), and run on read, so logs written by old code stay
 readable by new code and nothing stored is ever rewritten.
