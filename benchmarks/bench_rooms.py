@@ -4,9 +4,9 @@ Claims, side by side per backend and agent count (closed loop, fixed time):
 
 * ``per-task``: this design — each task its own record, claim_next over the ready set,
   a lease with a fencing token, complete.
-* ``plan-lock``: seed 000 — the whole plan as one JSON document under one lock
+* ``plan-lock``: the naive design — the whole plan as one JSON document under one lock
   (acquire with backoff, read, mark, write, release; the same for completion).
-* ``plan-cas``: seed 004's starting point — the whole plan as one document written by
+* ``plan-cas``: the next naive design — the whole plan as one document written by
   compare-and-swap through the commit loop (full jitter).
 * ``per-task/processes``: ``per-task`` with the agents spread over one OS process per
   core (not for ``memory://``). The other designs run every agent in this one

@@ -14,17 +14,12 @@ so tests pass a seeded ``random.Random`` and check the exact delays.
 
 Choosing ``base`` (default ``DEFAULT_BASE`` = 32 ms, cap 500 ms): a jittered window
 spreads contending writers only once it is about as wide as all of them committing one
-after another (their number times one write's duration, 0.2-0.7 ms on the stores here).
-From 32 ms a herd of 64 independent writers on one record gets there in one or two
-doublings, and full jitter needs about 3 write attempts per writer on every store; from
-2 ms (the default until 2026-11-30) it took five or six doublings and 5-6 attempts
-(BENCHMARKS.md section 2). What the larger base costs: a writer that conflicts waits
-16 ms on average instead of 1 ms, so contended commits have a longer tail (Redis p99 at
-64 writers 122 -> 257 ms) while goodput and median latency stayed within the machine's
-noise. Where conflicts are rare and a millisecond matters, pass a smaller
-base (``FullJitter(base=0.002)``), as room operations do (``rooms.scope.ROOM_POLICY``:
-their re-read settles a conflict). Writers of one process need neither: the commit
-loop's local turns queue them.
+after another, so the default starts wide enough for a herd of writers on one record to
+spread within a doubling or two (measured in BENCHMARKS.md section 2). The cost is a
+longer tail for contended commits. Where conflicts are rare and a millisecond matters,
+pass a smaller base (``FullJitter(base=0.002)``), as room operations do
+(``rooms.scope.ROOM_POLICY``: their re-read settles a conflict). Writers of one process
+need neither: the commit loop's local turns queue them.
 """
 
 from __future__ import annotations
