@@ -627,7 +627,8 @@ class HistoryResult:
 
 @dataclass(slots=True)
 class Summary:
-    """A run's totals (``ok``: every history linearizable, no anomaly)."""
+    """A run's totals, and each history's result (``ok``: every history linearizable,
+    no anomaly)."""
 
     settings: Settings
     out: Path
@@ -641,6 +642,7 @@ class Summary:
     integrity_checks: int = 0
     saved: list[Path] = field(default_factory=list)
     failing: list[HistoryResult] = field(default_factory=list)
+    results: list[HistoryResult] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -648,6 +650,7 @@ class Summary:
         return self.histories > 0 and not self.failing
 
     def add(self, result: HistoryResult) -> None:
+        self.results.append(result)
         self.histories += 1
         self.operations += result.operations
         self.verdicts[result.verdict] += 1
@@ -659,6 +662,13 @@ class Summary:
             self.failing.append(result)
             if result.saved is not None:
                 self.saved.append(result.saved)
+
+
+def kind_of(outcome: object) -> str | None:
+    """How a client's run ended (``done``, ``crash``, ``died``), if it returned."""
+    if isinstance(outcome, tuple) and outcome and isinstance(outcome[0], str):
+        return outcome[0]
+    return None
 
 
 def verdict(report: RunReport) -> str:
@@ -813,7 +823,8 @@ class _Runner:
         worker = workers[i] if workers else None
         if worker is not None:
             assert self.pool is not None
-            if worker.killed:
+            if worker.killed or kind_of(outcome) == "died":
+                worker.writer.close()  # its process is gone: another takes its place
                 self.pool.spawn()
             else:
                 self.pool.give(worker)
