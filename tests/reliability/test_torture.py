@@ -57,9 +57,7 @@ REPORTED = {  # how a failure may reach a client (docs/reliability.md), and noth
 
 
 @pytest.fixture(params=COMBINATIONS, ids=lambda c: f"{c[0]}-{c[1]}")
-def target(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> tuple[str, str, str | None]:
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str | None]:
     """A backend, a surface, and the backend's store for the test run (isolated by
     tests/conftest.py; a sync fixture: the backends' session fixtures run their own
     event loop)."""
