@@ -551,8 +551,8 @@ class Cluster:
         self.restarts: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        await self.procs[0].start()  # the first one prepares the store alone
-        await asyncio.gather(*(p.start() for p in self.procs[1:]))
+        """Start every server at once (the store is prepared already)."""
+        await asyncio.gather(*(p.start() for p in self.procs))
         self.up = [True] * len(self.procs)
 
     def bases(self) -> list[str]:
@@ -714,15 +714,15 @@ class _Runner:
 
     async def start(self) -> None:
         s = self.settings
-        self.store = await open_store(self.url)
+        self.store = await open_store(self.url)  # prepares the store, before the others
+        if s.backend != "memory":
+            spec = {"surface": s.surface, "url": self.url, "broken": s.broken}
+            self.pool = Pool(spec)
+            self.pool.spawn(s.clients + SPARES)  # while the servers start
         if s.surface != "library":
             procs = [ServerProcess(self.url, self.workdir) for _ in range(s.servers)]
             self.cluster = Cluster(procs)
             await self.cluster.start()
-        if s.backend != "memory":
-            spec = {"surface": s.surface, "url": self.url, "broken": s.broken}
-            self.pool = Pool(spec)
-            self.pool.spawn(s.clients + SPARES)
 
     async def close(self) -> None:
         if self.pool is not None:
