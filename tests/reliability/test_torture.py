@@ -101,7 +101,7 @@ async def test_short_torture_passes_with_faults(
     target: tuple[str, str, str | None], tmp_path: Path
 ) -> None:
     backend, surface, url = target
-    histories = 6 if surface == "library" else 4
+    histories = 6 if surface == "library" else 3
     base = Settings(backend, surface, histories=histories, servers=2)
     seed = first_seed_planning_every_fault(base, histories)
     settings = Settings(

@@ -587,12 +587,11 @@ class Cluster:
         self.procs[i].resume()
         self.up[i] = True
 
-    async def settle(self) -> None:
-        """Wait for the restarts in progress."""
-        await asyncio.gather(*self.restarts)
-        self.check()
-
-    def stop(self) -> None:
+    async def stop(self) -> None:
+        """Stop every server, the ones restarting too."""
+        for task in self.restarts:
+            task.cancel()
+        await asyncio.gather(*self.restarts, return_exceptions=True)
         for p in self.procs:
             p.stop()
 
@@ -728,9 +727,7 @@ class _Runner:
         if self.pool is not None:
             await self.pool.close()
         if self.cluster is not None:
-            with contextlib.suppress(Exception):
-                await self.cluster.settle()
-            self.cluster.stop()
+            await self.cluster.stop()
         if self.store is not None:
             await self.store.close()
 
