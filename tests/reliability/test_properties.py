@@ -1,0 +1,199 @@
+"""Fences, cursors and the outbox, recorded under faults on every backend and checked;
+and each checker shown to flag a hand-made history that breaks its property."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from agentrooms.reliability.history import Operation
+from agentrooms.reliability.properties import (
+    PropertyReport,
+    check_cursors,
+    check_fences,
+    check_outbox,
+    run_cursors,
+    run_fences,
+    run_outbox,
+)
+from tests.conftest import Backend
+
+WORKERS = 3
+
+
+def _room(what: str) -> str:
+    return f"{what}-{uuid.uuid4().hex[:10]}"
+
+
+def _show(backend: Backend, report: PropertyReport) -> None:
+    print(
+        f"{backend.name} {report.name}: {report.operations} ops, {report.unknown} unknown, "
+        f"{report.faults} faults, {report.counts}"
+    )
+
+
+async def test_fences_hold_under_stalls_and_stops(backend: Backend, tmp_path: Path) -> None:
+    report = await run_fences(
+        backend.url, _room("fences"), workers=WORKERS, seed=1, workdir=tmp_path, faults=True
+    )
+    _show(backend, report)
+    assert report.ok, report.anomalies
+    counts = report.counts
+    assert counts["accepted"] == counts["tasks"] == 16
+    # the faults reached the paths that matter: leases lost and taken over, and late
+    # holders fenced out
+    assert counts["reclaims"] >= 1 and counts["stale_rejected"] >= 1 and report.faults >= 1
+
+
+async def test_cursors_deliver_every_event_once_across_consumer_kills(
+    backend: Backend, tmp_path: Path
+) -> None:
+    report = await run_cursors(
+        backend.url, _room("cursors"), workers=WORKERS, seed=1, workdir=tmp_path, faults=True
+    )
+    _show(backend, report)
+    assert report.ok, report.anomalies
+    counts = report.counts
+    assert counts["agents"] == WORKERS + 1 and counts["events"] == 31  # room.created and 30
+    # two lives of each agent's own consumer were killed (the shared agent's two
+    # consumers may handle too few events in a life to reach its kill point)
+    assert counts["kills"] >= 2 * WORKERS
+    assert counts["redelivered"] >= 1  # some events came again after an unacknowledged ack
+
+
+async def test_outbox_effects_are_performed_once_or_reconciled(
+    backend: Backend, tmp_path: Path
+) -> None:
+    report = await run_outbox(
+        backend.url, _room("outbox"), workers=WORKERS, seed=1, workdir=tmp_path, faults=True
+    )
+    _show(backend, report)
+    assert report.ok, report.anomalies
+    counts = report.counts
+    assert counts["effects"] == 16 and counts["kills"] >= 1
+    assert counts["unrecorded_claims"] >= 1 and counts["reconciled"] >= 1
+
+
+# ------------------------------------------------------------- the checkers flag
+
+
+def _op(
+    client: int, key: str, op: str, inp: Any, out: Any, call: int, ret: int | None
+) -> Operation:
+    return Operation(client, key, op, inp, out, call, ret)
+
+
+def _grant(client: int, task: str, fence: int, call: int, ret: int) -> Operation:
+    return _op(client, "plan", "claim", {}, {"task": task, "fence": fence}, call, ret)
+
+
+def test_fences_checker_flags_a_stale_completion_that_was_accepted() -> None:
+    good = [
+        _grant(1, "t0", 1, 0, 10),
+        _grant(2, "t0", 2, 50, 60),
+        _op(
+            1,
+            "t0",
+            "complete",
+            {"fence": 1},
+            {"ok": False, "error": "StaleFence", "current": 2},
+            70,
+            80,
+        ),
+        _op(2, "t0", "complete", {"fence": 2}, {"ok": True}, 90, 100),
+    ]
+    final = {"t0": {"status": "done", "fence": 2, "result": {"fence": 2, "by": 2}}}
+    assert check_fences(good, final)[0] == []
+    stale = [*good[:2], _op(1, "t0", "complete", {"fence": 1}, {"ok": True}, 70, 80)]
+    found, _ = check_fences(
+        stale, {"t0": {"status": "done", "fence": 2, "result": {"fence": 1, "by": 1}}}
+    )
+    assert any("stale fence 1 accepted" in a for a in found), found
+    assert any("recorded under fence 2" in a for a in found), found
+    # a stale attempt refused some other way than StaleFence, and a fence granted twice
+    other = [
+        *good[:2],
+        _op(1, "t0", "complete", {"fence": 1}, {"ok": False, "error": "InvalidTransition"}, 70, 80),
+        good[3],
+    ]
+    assert any("rejected with InvalidTransition" in a for a in check_fences(other, final)[0])
+    twice = [_grant(1, "t0", 1, 0, 10), _grant(2, "t0", 1, 20, 30), good[3]]
+    found, _ = check_fences(twice, final)
+    assert any("share fence 1" in a for a in found) and any("after the grant" in a for a in found)
+
+
+def _read(client: int, agent: str, seqs: list[int], call: int, ret: int) -> Operation:
+    return _op(client, agent, "read", {"limit": 5}, {"seqs": seqs}, call, ret)
+
+
+def _processed(client: int, agent: str, seq: int, t: int) -> Operation:
+    return _op(client, agent, "process", {"seq": seq}, {}, t, t)
+
+
+def _ack(
+    client: int, agent: str, seq: int, position: int | None, call: int, ret: int | None
+) -> Operation:
+    out = None if position is None else {"position": position}
+    return _op(client, agent, "ack", {"seq": seq}, out, call, ret)
+
+
+def test_cursors_checker_flags_a_skipped_and_a_duplicated_event() -> None:
+    # killed mid-ack of 2 (unknown outcome), so 2 may come again; then all acked
+    good = [
+        _read(1, "a", [1, 2], 0, 10),
+        _processed(1, "a", 1, 11),
+        _ack(1, "a", 1, 1, 12, 13),
+        _processed(1, "a", 2, 14),
+        _ack(1, "a", 2, None, 15, None),
+        _read(2, "a", [2, 3], 30, 40),
+        _processed(2, "a", 2, 41),
+        _ack(2, "a", 2, 2, 42, 43),
+        _processed(2, "a", 3, 44),
+        _ack(2, "a", 3, 3, 45, 46),
+    ]
+    assert check_cursors(good, 3, {"a": 3})[0] == []
+    # event 2 delivered again although its ack had been acknowledged
+    dup = [*good[:4], _ack(1, "a", 2, 2, 15, 16), *good[5:]]
+    found, _ = check_cursors(dup, 3, {"a": 3})
+    assert any("delivered again after an ack of 2" in a for a in found), found
+    # the second read starts after 3: event 2 skipped (its ack never asked for)
+    skip = [
+        *good[:3],
+        _read(2, "a", [3], 30, 40),
+        _processed(2, "a", 3, 44),
+        _ack(2, "a", 3, 3, 45, 46),
+    ]
+    found, _ = check_cursors(skip, 3, {"a": 3})
+    assert any("no ack had asked past 1" in a for a in found), found
+    assert any("never processed events [2]" in a for a in found), found
+    # a cursor that does not reach the end, and a gap inside one read
+    assert any("cursor ends at 2" in a for a in check_cursors(good, 3, {"a": 2})[0])
+    gap = [_read(1, "a", [1, 3], 0, 10)]
+    assert any("not consecutive" in a for a in check_cursors(gap, 3, {"a": 3})[0])
+
+
+def test_outbox_checker_flags_a_double_performance() -> None:
+    claim = _op(1, "outbox", "claim", None, {"effect": "e0", "fence": 1}, 0, 10)
+    killed = [claim, _op(1, "e0", "record", {"fence": 1}, None, 11, None)]
+    check = _op(9, "e0", "check", {"fence": 2}, {"found": 1}, 100, 101)
+    final = {"e0": {"status": "succeeded", "fence": 2}}
+    # performed once by the killed holder, found by the reconciler's check: reconciled
+    assert check_outbox([*killed, check], final, [("e0", 1, 1, 20)])[0] == []
+    # performed again after the check had seen it (or with no check at all)
+    twice = [("e0", 1, 1, 20), ("e0", 3, 2, 200)]
+    found, _ = check_outbox([*killed, check], final, twice)
+    assert any("no reconciliation between" in a for a in found), found
+    # the same fence performing twice, and a claim left unrecorded and never reconciled
+    found, _ = check_outbox(killed, final, [("e0", 1, 1, 20), ("e0", 1, 1, 30)])
+    assert any("2 times under fence 1" in a for a in found), found
+    assert any("never recorded nor reconciled" in a for a in found), found
+    # a check that looked before the first performance landed explains a second one
+    blind = _op(9, "e0", "check", {"fence": 2}, {"found": 0}, 15, 16)
+    assert check_outbox([*killed, blind], final, [("e0", 1, 1, 20), ("e0", 3, 2, 200)])[0] == []
+    assert any(
+        "not succeeded" in a
+        for a in check_outbox(
+            [*killed, check], {"e0": {"status": "pending", "fence": 2}}, [("e0", 1, 1, 20)]
+        )[0]
+    )
