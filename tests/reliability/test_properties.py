@@ -1,11 +1,16 @@
-"""Fences, cursors and the outbox, recorded under faults on every backend and checked;
-and each checker shown to flag a hand-made history that breaks its property."""
+"""Fences, cursors and the outbox, recorded under faults on every backend and checked,
+through the library and (fences, cursors) through the HTTP API against several server
+processes; and each checker shown to flag a hand-made history that breaks its property."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties import (
@@ -17,6 +22,7 @@ from agentrooms.reliability.properties import (
     run_fences,
     run_outbox,
 )
+from agentrooms.reliability.servers import ServerProcess
 from tests.conftest import Backend
 
 WORKERS = 3
@@ -73,6 +79,99 @@ async def test_outbox_effects_are_performed_once_or_reconciled(
     counts = report.counts
     assert counts["effects"] == 16 and counts["kills"] >= 1
     assert counts["unrecorded_claims"] >= 1 and counts["reconciled"] >= 1
+
+
+# ------------------------------------------------------------- over HTTP
+
+SERVERS = 2
+
+
+@pytest.fixture(scope="module", params=["sqlite", "redis", "postgres"])
+def shared_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, str, Path]:
+    """The backend, its URL and a work folder (a sync fixture: the backends' session
+    fixtures run their own event loop)."""
+    workdir = tmp_path_factory.mktemp(f"props-{request.param}")
+    if request.param == "sqlite":
+        return request.param, f"sqlite:///{workdir / 'store.db'}", workdir
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return request.param, url, workdir
+
+
+@pytest.fixture(scope="module")
+async def servers(
+    shared_store: tuple[str, str, Path],
+) -> AsyncIterator[tuple[str, str, list[ServerProcess]]]:
+    backend, url, workdir = shared_store
+    procs = [ServerProcess(url, workdir) for _ in range(SERVERS)]
+    try:
+        await procs[0].start()  # the first one prepares the store alone
+        await asyncio.gather(*(p.start() for p in procs[1:]))
+        yield backend, url, procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+async def _kill_and_restart(proc: ServerProcess, workdir: Path) -> None:
+    """``kill -9`` of one server once the run's workers have started (the run's go
+    file exists) and a moment passed, then its restart on its port."""
+    while not list(workdir.glob("go-*")):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    proc.kill()
+    await proc.start()
+
+
+async def test_fences_hold_over_http_under_stops_and_a_server_kill(
+    servers: tuple[str, str, list[ServerProcess]], tmp_path: Path
+) -> None:
+    backend, url, procs = servers
+    fault = asyncio.create_task(_kill_and_restart(procs[1], tmp_path))
+    report = await run_fences(
+        url,
+        _room("fences"),
+        workers=WORKERS,
+        seed=2,
+        workdir=tmp_path,
+        faults=True,
+        servers=[p.base for p in procs],
+    )
+    await fault
+    print(
+        f"{backend} http {report.name}: {report.operations} ops, {report.unknown} unknown, "
+        f"{report.faults} faults, {report.counts}"
+    )
+    assert report.ok, report.anomalies
+    counts = report.counts
+    assert counts["accepted"] == counts["tasks"] == 16
+    assert counts["reclaims"] >= 1 and counts["stale_rejected"] >= 1
+    assert [f for _, f in procs[1].faults][-1:] == ["kill -9"] and procs[1].running
+
+
+async def test_cursors_deliver_every_event_once_over_http(
+    servers: tuple[str, str, list[ServerProcess]], tmp_path: Path
+) -> None:
+    backend, url, procs = servers
+    fault = asyncio.create_task(_kill_and_restart(procs[0], tmp_path))
+    report = await run_cursors(
+        url,
+        _room("cursors"),
+        workers=WORKERS,
+        seed=2,
+        workdir=tmp_path,
+        faults=True,
+        servers=[p.base for p in procs],
+    )
+    await fault
+    print(
+        f"{backend} http {report.name}: {report.operations} ops, {report.unknown} unknown, "
+        f"{report.faults} faults, {report.counts}"
+    )
+    assert report.ok, report.anomalies
+    assert report.counts["events"] == 31 and report.counts["kills"] >= 2 * WORKERS
+    assert procs[0].running
 
 
 # ------------------------------------------------------------- the checkers flag

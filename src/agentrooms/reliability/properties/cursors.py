@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from agentrooms.errors import StoreUnavailable
 from agentrooms.reliability.history import Operation
@@ -45,9 +45,9 @@ from agentrooms.reliability.properties.common import (
     ready_then_wait,
     touch,
 )
+from agentrooms.reliability.properties.http import HttpEvents
 from agentrooms.rooms import Rooms
-from agentrooms.rooms.events import Events
-from agentrooms.store import open_store
+from agentrooms.store import Store, open_store
 
 __all__ = ["CursorWork", "check_cursors", "run_cursors"]
 
@@ -65,13 +65,34 @@ class CursorWork:
     kills: int = 2
 
 
+class HasSeq(Protocol):
+    @property
+    def seq(self) -> int: ...
+
+
+class CursorCalls(Protocol):
+    """What a consumer calls: :class:`~agentrooms.rooms.events.Events`, or
+    :class:`~agentrooms.reliability.properties.http.HttpEvents` over HTTP."""
+
+    async def read_new(
+        self, agent: str, limit: int = 100, *, ack: Literal["auto", "explicit"] = "auto"
+    ) -> Sequence[HasSeq]: ...
+
+    async def ack(self, agent: str, seq: int) -> int: ...
+
+
+UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
+"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
+``ConnectionError``)."""
+
+
 def _agent(slot: int, workers: int) -> str:
     """Slots below ``workers`` each have an agent; the two after share one."""
     return f"a{slot}" if slot < workers else SHARED
 
 
 async def consumer(
-    events: Events,
+    events: CursorCalls,
     agent: str,
     journal: Journal,
     rng: random.Random,
@@ -88,7 +109,7 @@ async def consumer(
         stop = stopped()  # read before the call: an empty read after it means the end
         try:
             got = await events.read_new(agent, rng.randint(1, work.batch), ack="explicit")
-        except StoreUnavailable:
+        except UNKNOWN:
             continue
         journal.ret(n, {"seqs": [e.seq for e in got]})
         if not got:
@@ -109,7 +130,7 @@ async def consumer(
                 await _ack_cut_short(events, agent, event.seq, rng, in_process)
             try:
                 position = await events.ack(agent, event.seq)
-            except StoreUnavailable:
+            except UNKNOWN:
                 continue
             journal.ret(n, {"position": position})
             if here and here[1] == "after_ack":
@@ -122,7 +143,7 @@ def _kill(journal: Journal, agent: str, point: str, in_process: bool) -> None:
 
 
 async def _ack_cut_short(
-    events: Events, agent: str, seq: int, rng: random.Random, in_process: bool
+    events: CursorCalls, agent: str, seq: int, rng: random.Random, in_process: bool
 ) -> None:
     """Die while the ack is in flight (after a few steps of the event loop, or a few
     milliseconds for a process): it may or may not have been applied."""
@@ -203,11 +224,16 @@ async def run_cursors(
     workdir: Path,
     faults: bool,
     work: CursorWork | None = None,
+    servers: Sequence[str] = (),
 ) -> PropertyReport:
     """Record and check one cursors history on the store at ``url`` (room ``room`` is
     created): ``workers`` agents with a consumer each, and two consumers of one shared
-    agent. Consumer processes, or tasks for ``memory://``; ``faults`` kills them."""
+    agent. Consumer processes, or tasks for ``memory://``; ``faults`` kills them. With
+    ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
+    consumers go through the HTTP API, each request to a random server."""
     work = work or CursorWork()
+    if servers and url.startswith("memory:"):
+        raise ValueError("servers cannot share a memory:// store")
     if not faults:
         work = dataclasses.replace(work, kills=0)
     prepare(workdir)
@@ -238,6 +264,7 @@ async def run_cursors(
                     "kill_at": kill_at,
                     "stop": str(stop_file),
                     "work": dataclasses.asdict(work),
+                    "servers": list(servers),
                 }
                 return await procs.run(slot, spec)
             journal = Journal(paths[-1], client)
@@ -285,7 +312,14 @@ async def run_cursors(
 
 
 async def _consumer_process(spec: dict[str, Any]) -> None:
-    store = await open_store(spec["url"])
+    store: Store | None = None
+    http: HttpEvents | None = None
+    if spec["servers"]:
+        http = HttpEvents(spec["servers"], spec["room"], seed=spec["client"])
+        events: CursorCalls = http
+    else:
+        store = await open_store(spec["url"])
+        events = Rooms(store).room(spec["room"]).events
     await ready_then_wait(spec)
     journal = Journal(spec["out"], spec["client"])
     try:
@@ -293,7 +327,6 @@ async def _consumer_process(spec: dict[str, Any]) -> None:
         kill_at = (
             None if spec["kill_at"] is None else (int(spec["kill_at"][0]), str(spec["kill_at"][1]))
         )
-        events = Rooms(store).room(spec["room"]).events
         stop = Path(spec["stop"])
         await consumer(
             events,
@@ -308,7 +341,10 @@ async def _consumer_process(spec: dict[str, Any]) -> None:
     finally:
         journal.close()
         with contextlib.suppress(Exception):
-            await store.close()
+            if store is not None:
+                await store.close()
+            if http is not None:
+                await http.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

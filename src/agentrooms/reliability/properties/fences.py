@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentrooms.errors import InvalidTransition, StaleFence, StoreUnavailable
 from agentrooms.reliability.history import Operation
@@ -42,9 +42,11 @@ from agentrooms.reliability.properties.common import (
     prepare,
     ready_then_wait,
 )
+from agentrooms.reliability.properties.http import HttpPlan
 from agentrooms.rooms import Rooms, TaskSpec
-from agentrooms.rooms.plan import DONE, Lease, Plan
+from agentrooms.rooms.plan import DONE, Lease
 from agentrooms.store import Store, open_store
+from agentrooms.store.base import JSON
 
 __all__ = ["FenceWork", "check_fences", "run_fences"]
 
@@ -62,22 +64,45 @@ class FenceWork:
     stall_for: tuple[float, float] = (2.5, 5.0)
 
 
+class HasStatus(Protocol):
+    @property
+    def status(self) -> str: ...
+
+
+class PlanCalls(Protocol):
+    """What a worker calls: :class:`~agentrooms.rooms.plan.Plan`, or
+    :class:`~agentrooms.reliability.properties.http.HttpPlan` over HTTP."""
+
+    async def claim_next(self, agent: str, *, ttl: float) -> Lease | None: ...
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    async def complete(self, lease: Lease, result: JSON = None) -> object: ...
+
+    async def tasks(self) -> Sequence[HasStatus]: ...
+
+
+UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
+"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
+``ConnectionError``)."""
+
+
 async def fence_worker(
-    store: Store, room: str, journal: Journal, rng: random.Random, work: FenceWork
+    plan: PlanCalls, journal: Journal, rng: random.Random, work: FenceWork
 ) -> None:
     """Claim and complete tasks until every task of the plan is done."""
-    plan = Rooms(store).room(room).plan
     agent = f"w{journal.client}"
     while True:
         n = journal.call("claim", "plan", {"agent": agent, "ttl": work.ttl})
         try:
             lease = await plan.claim_next(agent, ttl=work.ttl)
-        except StoreUnavailable:
+        except UNKNOWN:
             continue  # unknown outcome: the call line stays without a return
         if lease is None:
             journal.ret(n, {"task": None})
-            if all(t.status == DONE for t in await plan.tasks()):
-                return
+            with contextlib.suppress(*UNKNOWN):
+                if all(t.status == DONE for t in await plan.tasks()):
+                    return
             await asyncio.sleep(work.ttl / 3)
             continue
         journal.ret(n, {"task": lease.task_id, "fence": lease.fence})
@@ -91,7 +116,9 @@ async def fence_worker(
         await _attempt(plan, journal, "complete", lease, work.ttl)
 
 
-async def _attempt(plan: Plan, journal: Journal, op: str, lease: Lease, ttl: float) -> Lease | None:
+async def _attempt(
+    plan: PlanCalls, journal: Journal, op: str, lease: Lease, ttl: float
+) -> Lease | None:
     """One renew or complete with ``lease``'s fence, recorded; the renewed lease."""
     n = journal.call(op, lease.task_id, {"fence": lease.fence})
     try:
@@ -104,7 +131,7 @@ async def _attempt(plan: Plan, journal: Journal, op: str, lease: Lease, ttl: flo
         current = exc.current if isinstance(exc, StaleFence) else None
         journal.ret(n, {"ok": False, "error": type(exc).__name__, "current": current})
         return None
-    except StoreUnavailable:
+    except UNKNOWN:
         return None  # unknown outcome
     journal.ret(n, {"ok": True})
     return renewed
@@ -241,11 +268,16 @@ async def run_fences(
     workdir: Path,
     faults: bool,
     work: FenceWork | None = None,
+    servers: Sequence[str] = (),
 ) -> PropertyReport:
     """Record and check one fences history on the store at ``url`` (room ``room`` is
     created). Worker processes, or tasks for ``memory://``; ``faults`` adds stalls past
-    the lease (and, for processes, SIGSTOP / SIGCONT and ``kill -9`` with a restart)."""
+    the lease (and, for processes, SIGSTOP / SIGCONT and ``kill -9`` with a restart).
+    With ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
+    workers go through the HTTP API, each request to a random server."""
     work = work or FenceWork()
+    if servers and url.startswith("memory:"):
+        raise ValueError("servers cannot share a memory:// store")
     if not faults:
         work = dataclasses.replace(work, stall=0.0)
     prepare(workdir)
@@ -263,9 +295,8 @@ async def run_fences(
                 paths.append(workdir / f"fences-{client}.jsonl")
                 journal = Journal(paths[-1], client)
                 try:
-                    await fence_worker(
-                        store, room, journal, random.Random(f"{seed}/{client}"), work
-                    )
+                    plan = Rooms(store).room(room).plan
+                    await fence_worker(plan, journal, random.Random(f"{seed}/{client}"), work)
                 except Killed:
                     return False
                 finally:
@@ -286,6 +317,7 @@ async def run_fences(
                     "out": str(paths[-1]),
                     "seed": seed,
                     "work": dataclasses.asdict(work),
+                    "servers": list(servers),
                 }
                 return await procs.run(slot, spec)
 
@@ -330,16 +362,26 @@ async def _inject(
 async def _worker_process(spec: dict[str, Any]) -> None:
     fields = spec["work"]
     work = FenceWork(**{**fields, "stall_for": tuple(fields["stall_for"])})
-    store = await open_store(spec["url"])
+    rng = random.Random(f"{spec['seed']}/{spec['client']}")
+    store: Store | None = None
+    http: HttpPlan | None = None
+    if spec["servers"]:
+        http = HttpPlan(spec["servers"], spec["room"], seed=spec["client"])
+        plan: PlanCalls = http
+    else:
+        store = await open_store(spec["url"])
+        plan = Rooms(store).room(spec["room"]).plan
     await ready_then_wait(spec)
     journal = Journal(spec["out"], spec["client"])
     try:
-        rng = random.Random(f"{spec['seed']}/{spec['client']}")
-        await fence_worker(store, spec["room"], journal, rng, work)
+        await fence_worker(plan, journal, rng, work)
     finally:
         journal.close()
         with contextlib.suppress(Exception):
-            await store.close()
+            if store is not None:
+                await store.close()
+            if http is not None:
+                await http.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
