@@ -225,12 +225,14 @@ async def run_cursors(
     faults: bool,
     work: CursorWork | None = None,
     servers: Sequence[str] = (),
+    started: asyncio.Event | None = None,
 ) -> PropertyReport:
     """Record and check one cursors history on the store at ``url`` (room ``room`` is
     created): ``workers`` agents with a consumer each, and two consumers of one shared
     agent. Consumer processes, or tasks for ``memory://``; ``faults`` kills them. With
     ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
-    consumers go through the HTTP API, each request to a random server."""
+    consumers go through the HTTP API, each request to a random server. ``started`` is
+    set once the consumers run (for a caller that times faults of its own)."""
     work = work or CursorWork()
     if servers and url.startswith("memory:"):
         raise ValueError("servers cannot share a memory:// store")
@@ -288,6 +290,8 @@ async def run_cursors(
         run = asyncio.create_task(Supervisor(slots, body).run())
         if not in_process:
             await procs.release(slots, run)
+        if started is not None:
+            started.set()
         rng = random.Random(f"{seed}/producer")
         for i in range(work.events):
             await events.post("item", i)

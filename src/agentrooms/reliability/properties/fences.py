@@ -269,12 +269,14 @@ async def run_fences(
     faults: bool,
     work: FenceWork | None = None,
     servers: Sequence[str] = (),
+    started: asyncio.Event | None = None,
 ) -> PropertyReport:
     """Record and check one fences history on the store at ``url`` (room ``room`` is
     created). Worker processes, or tasks for ``memory://``; ``faults`` adds stalls past
     the lease (and, for processes, SIGSTOP / SIGCONT and ``kill -9`` with a restart).
     With ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
-    workers go through the HTTP API, each request to a random server."""
+    workers go through the HTTP API, each request to a random server. ``started`` is
+    set once the workers run (for a caller that times faults of its own)."""
     work = work or FenceWork()
     if servers and url.startswith("memory:"):
         raise ValueError("servers cannot share a memory:// store")
@@ -303,6 +305,8 @@ async def run_fences(
                     journal.close()
                 return True
 
+            if started is not None:
+                started.set()
             await Supervisor(workers, task_body).run()
         else:
             procs = Processes("agentrooms.reliability.properties.fences", workdir)
@@ -323,6 +327,8 @@ async def run_fences(
 
             run = asyncio.create_task(Supervisor(workers, proc_body).run())
             await procs.release(workers, run)
+            if started is not None:
+                started.set()
             if faults:
                 injected = await _inject(run, procs, workers, random.Random(f"{seed}/faults"), work)
             await run

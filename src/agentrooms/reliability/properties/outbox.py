@@ -227,10 +227,12 @@ async def run_outbox(
     workdir: Path,
     faults: bool,
     work: OutboxWork | None = None,
+    started: asyncio.Event | None = None,
 ) -> PropertyReport:
     """Record and check one outbox history on the store at ``url`` (room ``room`` is
     created): ``workers`` performers (processes, or tasks for ``memory://``) and a
-    reconciler in this process; ``faults`` kills performers mid-effect."""
+    reconciler in this process; ``faults`` kills performers mid-effect. ``started`` is
+    set once the performers run (for a caller that times faults of its own)."""
     work = work or OutboxWork()
     if not faults:
         work = dataclasses.replace(work, kills=0)
@@ -278,6 +280,8 @@ async def run_outbox(
         run = asyncio.create_task(Supervisor(workers, body).run())
         if not in_process:
             await procs.release(workers, run)
+        if started is not None:
+            started.set()
         await _reconcile(outbox, sink, Journal(paths[0], RECONCILER), work, run)
         touch(stop_file)
         await run
