@@ -5,6 +5,8 @@ processes; and each checker shown to flag a hand-made history that breaks its pr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import random
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agentrooms import StaleFence
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties import (
     PropertyReport,
@@ -22,9 +25,14 @@ from agentrooms.reliability.properties import (
     run_fences,
     run_outbox,
 )
+from agentrooms.reliability.properties.common import Journal, load_journals
 from agentrooms.reliability.properties.cursors import CursorWork
-from agentrooms.reliability.properties.fences import FenceWork
+from agentrooms.reliability.properties.fences import FenceWork, fence_worker
 from agentrooms.reliability.servers import ServerProcess
+from agentrooms.rooms import Rooms, TaskSpec
+from agentrooms.rooms.plan import Lease, Plan, Task
+from agentrooms.store import open_store
+from agentrooms.store.base import JSON
 from tests.conftest import Backend
 
 WORKERS = 3
@@ -306,3 +314,58 @@ def test_outbox_checker_flags_a_double_performance() -> None:
             [*killed, check], {"e0": {"status": "pending", "fence": 2}}, [("e0", 1, 1, 20)]
         )[0]
     )
+
+
+class AcceptsStaleFences:
+    """A broken plan: a completion refused with ``StaleFence`` is sent again under the
+    task's current fence, so a late holder's result is recorded."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    async def claim_next(self, agent: str, *, ttl: float) -> Lease | None:
+        return await self.plan.claim_next(agent, ttl=ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self.plan.renew(lease, ttl)
+
+    async def complete(self, lease: Lease, result: JSON = None) -> object:
+        try:
+            return await self.plan.complete(lease, result)
+        except StaleFence:
+            task = await self.plan.get(lease.task_id)
+            if task.owner is None:
+                raise
+            forged = dataclasses.replace(lease, agent=task.owner, fence=task.fence)
+            return await self.plan.complete(forged, result)
+
+    async def tasks(self) -> list[Task]:
+        return await self.plan.tasks()
+
+
+async def test_fences_recorder_and_checker_flag_a_plan_that_accepts_stale_fences(
+    tmp_path: Path,
+) -> None:
+    store = await open_store("memory://")
+    try:
+        room = await Rooms(store).create(_room("broken"))
+        await room.plan.add([TaskSpec(f"t{i}", max_attempts=1000) for i in range(12)])
+        work = FenceWork(tasks=12, stall=0.5)
+        journals = [Journal(tmp_path / f"{c}.jsonl", c) for c in range(3)]
+        await asyncio.gather(
+            *(
+                fence_worker(AcceptsStaleFences(room.plan), j, random.Random(j.client), work)
+                for j in journals
+            )
+        )
+        for j in journals:
+            j.close()
+        ops = load_journals([tmp_path / f"{c}.jsonl" for c in range(3)])
+        final = {
+            t.id: {"status": t.status, "fence": t.fence, "result": t.result}
+            for t in await room.plan.tasks()
+        }
+    finally:
+        await store.close()
+    found, counts = check_fences(ops, final)
+    assert any("stale fence" in a and "accepted" in a for a in found), (found, counts)
