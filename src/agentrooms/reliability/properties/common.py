@@ -15,6 +15,7 @@ incarnation), until each exits cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ __all__ = [
     "Killed",
     "PropertyReport",
     "Supervisor",
+    "abandon",
     "load_journals",
     "prepare",
     "ready_then_wait",
@@ -163,6 +165,7 @@ class Processes:
         self.module, self.workdir = module, workdir
         self.live: dict[int, asyncio.subprocess.Process] = {}
         self.go = workdir / f"go-{os.getpid()}-{id(self)}"
+        self._stopped_since: dict[int, float] = {}
 
     async def release(self, count: int, run: asyncio.Task[None], timeout: float = 60.0) -> None:
         """Wait until ``count`` workers have opened their store (each touched its
@@ -193,6 +196,11 @@ class Processes:
         self.live[slot] = proc
         try:
             _, err = await proc.communicate()
+        except asyncio.CancelledError:  # the run gave up: leave no worker behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         finally:
             self.live.pop(slot, None)
         if proc.returncode == 0:
@@ -201,6 +209,22 @@ class Processes:
             return False
         tail = err.decode(errors="replace")[-2000:]
         raise RuntimeError(f"worker {spec['client']} exited {proc.returncode}: {tail}")
+
+    def resume_stopped(self, after: float) -> int:
+        """SIGCONT every live worker that has been stopped (state ``T``, as
+        ``/proc/PID/stat`` says) for ``after`` seconds or more since this was first
+        asked; the number resumed."""
+        resumed = 0
+        now = time.monotonic()
+        for slot, proc in list(self.live.items()):
+            if not _stopped(proc.pid):
+                self._stopped_since.pop(proc.pid, None)
+                continue
+            since = self._stopped_since.setdefault(proc.pid, now)
+            if now - since >= after and self.signal(slot, signal.SIGCONT):
+                self._stopped_since.pop(proc.pid, None)
+                resumed += 1
+        return resumed
 
     def signal(self, slot: int, sig: signal.Signals) -> bool:
         """Send ``sig`` to worker ``slot`` if it runs; whether it was sent."""
@@ -225,6 +249,15 @@ async def ready_then_wait(spec: dict[str, Any]) -> None:
         await asyncio.sleep(0.01)
 
 
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 def prepare(workdir: Path) -> None:
     """Create the run's directory (and its parents) if it is missing."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -241,6 +274,15 @@ def touch(path: Path) -> None:
 
 def _exists(path: Path) -> bool:
     return path.exists()
+
+
+async def abandon(run: asyncio.Task[None]) -> None:
+    """Cancel a supervisor's task that has not ended (the run failed elsewhere): its
+    worker processes are killed, its worker tasks cancelled."""
+    if not run.done():
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            await run
 
 
 def die(in_process: bool) -> None:

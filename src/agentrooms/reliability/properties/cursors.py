@@ -39,6 +39,7 @@ from agentrooms.reliability.properties.common import (
     Processes,
     PropertyReport,
     Supervisor,
+    abandon,
     die,
     load_journals,
     prepare,
@@ -47,6 +48,7 @@ from agentrooms.reliability.properties.common import (
 )
 from agentrooms.reliability.properties.http import HttpEvents
 from agentrooms.rooms import Rooms
+from agentrooms.rooms.events import Events
 from agentrooms.store import Store, open_store
 
 __all__ = ["CursorWork", "check_cursors", "run_cursors"]
@@ -288,21 +290,19 @@ async def run_cursors(
             return True
 
         run = asyncio.create_task(Supervisor(slots, body).run())
-        if not in_process:
-            await procs.release(slots, run)
-        if started is not None:
-            started.set()
-        rng = random.Random(f"{seed}/producer")
-        for i in range(work.events):
-            await events.post("item", i)
-            await asyncio.sleep(rng.uniform(0.0, 0.01))
-        touch(stop_file)
-        await run
+        try:
+            if not in_process:
+                await procs.release(slots, run)
+            if started is not None:
+                started.set()
+            await _produce(events, work.events, random.Random(f"{seed}/producer"))
+            touch(stop_file)
+            await run
+        finally:
+            await abandon(run)
         ops = load_journals(paths)
-        last = await store.last_seq(room)
-        agents = {_agent(s, workers) for s in range(slots)}
-        cursors = {a: await events.cursor(a) for a in agents}
-        anomalies, counts = check_cursors(ops, last, cursors)
+        cursors = {a: await events.cursor(a) for a in {_agent(s, workers) for s in range(slots)}}
+        anomalies, counts = check_cursors(ops, await store.last_seq(room), cursors)
     finally:
         await store.close()
     return PropertyReport(
@@ -313,6 +313,13 @@ async def run_cursors(
         counts.get("kills", 0),
         counts,
     )
+
+
+async def _produce(events: Events, count: int, rng: random.Random) -> None:
+    """Append ``count`` events (type ``item``), a few milliseconds apart."""
+    for i in range(count):
+        await events.post("item", i)
+        await asyncio.sleep(rng.uniform(0.0, 0.01))
 
 
 async def _consumer_process(spec: dict[str, Any]) -> None:

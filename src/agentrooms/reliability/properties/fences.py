@@ -38,6 +38,7 @@ from agentrooms.reliability.properties.common import (
     Processes,
     PropertyReport,
     Supervisor,
+    abandon,
     load_journals,
     prepare,
     ready_then_wait,
@@ -309,29 +310,8 @@ async def run_fences(
                 started.set()
             await Supervisor(workers, task_body).run()
         else:
-            procs = Processes("agentrooms.reliability.properties.fences", workdir)
-
-            async def proc_body(slot: int, incarnation: int) -> bool:
-                client = slot * INCARNATIONS + incarnation
-                paths.append(workdir / f"fences-{client}.jsonl")
-                spec = {
-                    "url": url,
-                    "room": room,
-                    "client": client,
-                    "out": str(paths[-1]),
-                    "seed": seed,
-                    "work": dataclasses.asdict(work),
-                    "servers": list(servers),
-                }
-                return await procs.run(slot, spec)
-
-            run = asyncio.create_task(Supervisor(workers, proc_body).run())
-            await procs.release(workers, run)
-            if started is not None:
-                started.set()
-            if faults:
-                injected = await _inject(run, procs, workers, random.Random(f"{seed}/faults"), work)
-            await run
+            spec = {"url": url, "room": room, "seed": seed, "servers": list(servers)}
+            injected = await _processes(spec, workers, workdir, faults, work, paths, started)
         ops = load_journals(paths)
         anomalies, counts = check_fences(ops, await _final(store, room))
     finally:
@@ -340,6 +320,41 @@ async def run_fences(
     return PropertyReport(
         "fences", len(ops), sum(op.unknown for op in ops), anomalies, injected, counts
     )
+
+
+async def _processes(
+    spec: dict[str, Any],
+    workers: int,
+    workdir: Path,
+    faults: bool,
+    work: FenceWork,
+    paths: list[Path],
+    started: asyncio.Event | None,
+) -> int:
+    """Run the workers as processes (``spec``: what they share), faulted by
+    :func:`_inject` with ``faults``; the faults injected. Each life's journal is
+    added to ``paths``."""
+    procs = Processes("agentrooms.reliability.properties.fences", workdir)
+
+    async def body(slot: int, incarnation: int) -> bool:
+        client = slot * INCARNATIONS + incarnation
+        paths.append(workdir / f"fences-{client}.jsonl")
+        mine = {**spec, "client": client, "out": str(paths[-1]), "work": dataclasses.asdict(work)}
+        return await procs.run(slot, mine)
+
+    run = asyncio.create_task(Supervisor(workers, body).run())
+    injected = 0
+    try:
+        await procs.release(workers, run)
+        if started is not None:
+            started.set()
+        if faults:
+            rng = random.Random(f"{spec['seed']}/faults")
+            injected = await _inject(run, procs, workers, rng, work)
+        await run
+    finally:
+        await abandon(run)
+    return injected
 
 
 async def _inject(

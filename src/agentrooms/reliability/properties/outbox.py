@@ -27,7 +27,9 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import os
 import random
+import signal
 import sqlite3
 import time
 from collections import Counter, defaultdict
@@ -46,6 +48,7 @@ from agentrooms.reliability.properties.common import (
     Processes,
     PropertyReport,
     Supervisor,
+    abandon,
     die,
     load_journals,
     prepare,
@@ -65,11 +68,15 @@ RECONCILER = INCARNATIONS * 1000  # the reconciler's client id in the journal
 @dataclass(frozen=True, slots=True)
 class OutboxWork:
     """``effects`` requested; performers hold leases of ``ttl`` seconds (renewed while
-    they perform); the first ``kills`` lives of each performer end at a seeded point."""
+    they perform); the first ``kills`` lives of each performer end at a seeded point.
+    With kills, and processes, the first performer's first life stops itself (SIGSTOP)
+    before its first call, and the run resumes it ``stop_for`` seconds later: its lease
+    has lapsed, the effect was taken over, and its late call is a second performance."""
 
     effects: int = 16
     ttl: float = 0.4
     kills: int = 2
+    stop_for: float = 1.5
 
 
 class Sink:
@@ -118,6 +125,9 @@ async def performer(
         here = kill_at[1] if kill_at is not None and kill_at[0] == handled else None
         if here == "before_call":
             _kill(journal, effect.id, here, in_process)
+        if here == "stop_before_call" and not in_process:
+            journal.note("stop", effect.id, {"fence": effect.fence})
+            os.kill(os.getpid(), signal.SIGSTOP)  # the run sends SIGCONT, leases later
         n = journal.call("perform", effect.id, {"fence": effect.fence})
         sink.perform(effect.id, effect.fence, journal.client)
         journal.ret(n, {})
@@ -215,6 +225,7 @@ def check_outbox(
     counts["claims"] = len(claims)
     counts["stale_records"] = sum(r.output.get("error") == "StaleFence" for r in records)
     counts["kills"] = sum(op.op == "kill" for op in ops)
+    counts["stops"] = sum(op.op == "stop" for op in ops)
     return found, dict(counts)
 
 
@@ -256,6 +267,8 @@ async def run_outbox(
             kill_at = None
             if incarnation < work.kills:
                 kill_at = (rng.randrange(work.effects // workers + 1), rng.choice(POINTS))
+            if work.kills and not in_process and slot == incarnation == 0:
+                kill_at = (0, "stop_before_call")  # a holder paused past its lease
             if not in_process:
                 spec = {
                     "url": url,
@@ -282,9 +295,7 @@ async def run_outbox(
             await procs.release(workers, run)
         if started is not None:
             started.set()
-        await _reconcile(outbox, sink, Journal(paths[0], RECONCILER), work, run)
-        touch(stop_file)
-        await run
+        await _drive(outbox, sink, Journal(paths[0], RECONCILER), work, run, procs, stop_file)
         ops = load_journals(paths)
         final = {e.id: {"status": e.status, "fence": e.fence} for e in await outbox.effects()}
         anomalies, counts = check_outbox(ops, final, sink.rows())
@@ -292,15 +303,48 @@ async def run_outbox(
         await store.close()
         sink.close()
     return PropertyReport(
-        "outbox", len(ops), sum(op.unknown for op in ops), anomalies, counts.get("kills", 0), counts
+        "outbox",
+        len(ops),
+        sum(op.unknown for op in ops),
+        anomalies,
+        counts["kills"] + counts["stops"],
+        counts,
     )
 
 
+async def _drive(
+    outbox: Outbox,
+    sink: Sink,
+    journal: Journal,
+    work: OutboxWork,
+    run: asyncio.Task[None],
+    procs: Processes,
+    stop_file: Path,
+) -> None:
+    """Reconcile until every effect is terminal, then tell the performers to stop and
+    wait for them (resuming a stopped one). On an error, no worker is left behind."""
+    try:
+        await _reconcile(outbox, sink, journal, work, run, procs)
+        touch(stop_file)
+        while not run.done():  # a stopped performer has yet to finish its call
+            procs.resume_stopped(work.stop_for)
+            await asyncio.wait([run], timeout=0.05)
+        await run
+    finally:
+        await abandon(run)
+
+
 async def _reconcile(
-    outbox: Outbox, sink: Sink, journal: Journal, work: OutboxWork, run: asyncio.Task[None]
+    outbox: Outbox,
+    sink: Sink,
+    journal: Journal,
+    work: OutboxWork,
+    run: asyncio.Task[None],
+    procs: Processes,
 ) -> None:
     """Settle what performers leave until every effect is terminal (or the performers
-    failed: their error is raised by ``run``)."""
+    failed: their error is raised by ``run``); resume a performer that stopped itself
+    once it has been stopped ``work.stop_for`` seconds."""
 
     async def check(effect: Effect) -> Outcome:
         n = journal.call("check", effect.id, {"fence": effect.fence})
@@ -315,6 +359,7 @@ async def _reconcile(
                 await reconciler.run_once()
                 if all(e.status in TERMINAL for e in await outbox.effects()):
                     return
+            procs.resume_stopped(work.stop_for)
             await asyncio.wait([run], timeout=0.05)
         run.result()
     finally:
