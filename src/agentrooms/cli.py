@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from agentrooms.cli_torture import torture
 from agentrooms.errors import (
     AgentroomsError,
     BadRequest,
@@ -161,6 +162,7 @@ tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_he
 app.add_typer(rooms_app, name="rooms")
 app.add_typer(plan_app, name="plan")
 app.add_typer(tokens_app, name="tokens")
+app.command()(torture)  # agentrooms/cli_torture.py
 
 UrlOption = Annotated[
     str,

@@ -112,13 +112,13 @@ async def test_http_and_mcp_histories_against_several_servers(cluster: Cluster) 
     room = fresh_room()
     await create_rooms(bases[0], room)
     http = [HttpSurface(bases, room, f"a{i}", seed=i) for i in range(CLIENTS)]
-    history = await record_tasks(http, Workload(ops=60, seed=1))
+    history = await record_tasks(http, Workload(ops=40, seed=1))
     checker = HttpSurface(bases, room, "verifier")
     report = await verify(history, checker, CLIENTS)
     for s in (*http, checker):
         await s.close()
     assert report.ok, (report.result.failed, report.anomalies)
-    assert report.unknown == 0 and report.operations == CLIENTS * 60
+    assert report.unknown == 0 and report.operations == CLIENTS * 40
     assert_reached_the_paths(history)
     keys = {p.key for p in report.result.partitions}
     assert {LOG, COMMITS, "k0", "k1"} == keys
@@ -129,12 +129,12 @@ async def test_http_and_mcp_histories_against_several_servers(cluster: Cluster) 
     room = fresh_room()
     await create_rooms(bases[0], room)
     mcp = [McpSurface(spread(bases, i), room, seed=i) for i in range(3)]
-    history = await record_mcp_tasks(mcp, Workload(ops=60, seed=4, weights=NO_DELETE))
+    history = await record_mcp_tasks(mcp, Workload(ops=40, seed=4, weights=NO_DELETE))
     reader = McpSurface(bases, room)
     report = await verify(history, reader, len(mcp))
     await reader.close()
     assert report.ok, (report.result.failed, report.anomalies)
-    assert report.unknown == 0 and report.operations == len(mcp) * 60
+    assert report.unknown == 0 and report.operations == len(mcp) * 40
     assert_reached_the_paths(history)
     print(f"mcp: {report.operations} ops in {report.result.seconds:.2f}s")
 
@@ -142,7 +142,7 @@ async def test_http_and_mcp_histories_against_several_servers(cluster: Cluster) 
     room = fresh_room()
     await create_rooms(bases[0], room)
     broken = [SendsIfMatchAny(bases, room, f"b{i}", seed=i) for i in range(CLIENTS)]
-    history = await record_tasks(broken, Workload(ops=60, seed=1))
+    history = await record_tasks(broken, Workload(ops=40, seed=1))
     checker = HttpSurface(bases, room, "verifier")
     report = await verify(history, checker, CLIENTS)
     for s in (*broken, checker):
@@ -188,7 +188,7 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
     http = [
         HttpSurface(bases, room, f"a{i}", seed=i, timeout=FAULT_TIMEOUT) for i in range(CLIENTS)
     ]
-    workload = Workload(ops=100, seed=5, timeout=2 * FAULT_TIMEOUT + 1)
+    workload = Workload(ops=70, seed=5, timeout=2 * FAULT_TIMEOUT + 1)
     history, _ = await asyncio.gather(record_tasks(http, workload), inject(procs, http))
     checker = HttpSurface(bases, room, "verifier")
     report = await verify(history, checker, CLIENTS)

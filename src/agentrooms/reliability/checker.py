@@ -129,14 +129,18 @@ class CheckResult:
 _SLICE = 1024  # search steps a partition takes in its turn
 
 
-def check(model: Model, history: Iterable[Operation]) -> CheckResult:
+def check(
+    model: Model, history: Iterable[Operation], *, budget: float | None = None
+) -> CheckResult:
     """Whether ``history`` is linearizable with respect to ``model``.
 
-    Raises ``ValueError`` for an operation the model does not know. Exact: no time limit
-    and no sampling; the cost is exponential only in the worst case, which the
-    memoization keeps away from the histories recorded here. The partitions are searched
-    in turns and the check ends at the first one that fails, leaving the unfinished ones
-    undecided (``PartitionResult.linearizable is None``).
+    Raises ``ValueError`` for an operation the model does not know. Exact, no sampling;
+    the cost is exponential only in the worst case, which the memoization keeps away
+    from the histories recorded here. The partitions are searched in turns and the check
+    ends at the first one that fails, leaving the unfinished ones undecided
+    (``PartitionResult.linearizable is None``). ``budget``: seconds after which the
+    searches still running stop undecided (the history is then not linearizable with no
+    failed key: undecided); ``None``, no limit.
     """
     started = time.perf_counter()
     parts: dict[str, list[tuple[Operation, Any]]] = {}
@@ -148,7 +152,10 @@ def check(model: Model, history: Iterable[Operation]) -> CheckResult:
     progress = {key: (0, 0) for key in searches}
     results: dict[str, PartitionResult] = {}
     failed = False
+    deadline = None if budget is None else started + budget
     while searches and not failed:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         for key, search in list(searches.items()):
             try:
                 progress[key] = next(search)
@@ -158,7 +165,7 @@ def check(model: Model, history: Iterable[Operation]) -> CheckResult:
                 if not done.value.linearizable:
                     failed = True
                     break
-    for key, search in searches.items():  # stopped undecided: another key failed
+    for key, search in searches.items():  # stopped undecided: another key failed, or time
         search.close()
         ops = parts[key]
         steps, longest = progress[key]

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -130,9 +130,13 @@ class LibrarySurface:
         self.store, self.room = store, room
         self.interleave, self.owns_store = interleave, owns_store
 
-    async def _around(self, call: Awaitable[Any]) -> Any:
+    async def _around(self, call: Coroutine[Any, Any, Any]) -> Any:
         if self.interleave:
-            await asyncio.sleep(0)
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # cancelled before the call began: it never runs
+                call.close()
+                raise
         result = await call
         if self.interleave:
             await asyncio.sleep(0)
@@ -363,7 +367,9 @@ class RunReport:
         return self.result.linearizable and not self.anomalies
 
 
-async def verify(history: list[Operation], surface: Surface, client: int) -> RunReport:
+async def verify(
+    history: list[Operation], surface: Surface, client: int, *, budget: float | None = None
+) -> RunReport:
     """Read the log and the commit key through ``surface`` (after every client has
     finished; recorded as operations of ``client``), then check the whole history for
     linearizability and the properties:
@@ -373,6 +379,8 @@ async def verify(history: list[Operation], surface: Surface, client: int) -> Run
       outcome at most once; nothing else is;
     * a command id is in the commit key's list at most once, exactly once when a commit
       of it was acknowledged, and only if some commit sent it.
+
+    ``budget``: the checker's (:func:`~agentrooms.reliability.checker.check`).
     """
     final = list(history)
     for kind, key in (("read_log", LOG), ("read_commits", COMMITS)):
@@ -386,7 +394,7 @@ async def verify(history: list[Operation], surface: Surface, client: int) -> Run
     return RunReport(
         len(history),
         sum(op.unknown for op in history),
-        check(StoreModel(), final),
+        check(StoreModel(), final, budget=budget),
         anomalies,
     )
 

@@ -119,7 +119,7 @@ def _driver_errors(what: str) -> Iterator[None]:
         raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
     except TimeoutError as exc:
         raise StoreUnavailable(
-            f"PostgreSQL {what} timed out ({exc or 'no reply within the timeout'}; the URL's "
+            f"PostgreSQL {what} timed out ({str(exc) or 'no reply within the timeout'}; the URL's "
             "timeout and connect_timeout set the bounds): the outcome of a write is unknown"
         ) from exc
     except _UNAVAILABLE as exc:

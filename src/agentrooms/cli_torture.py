@@ -1,0 +1,195 @@
+"""``agentrooms torture``: the reliability suite's long tier on one backend and surface.
+
+Registered by :mod:`agentrooms.cli`; the runner is
+:func:`agentrooms.reliability.torture.run_torture` (see docs/reliability.md). Exit codes
+follow the CLI's table: 0 when every history is linearizable with no anomaly, 1 when one
+is not (each such history saved with the command that replays it), 2 for a run that
+cannot be done as asked (``memory://`` over HTTP or MCP, a broken store over the network,
+an unknown name), 3 when the run could not go on (a server or client process did not
+start), 6 when the store cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from agentrooms.reliability.torture import Summary
+
+__all__ = ["torture"]
+
+EXIT_CRASHED = 3  # the CLI's code for a run that could not go on
+
+
+def torture(
+    backend: Annotated[
+        str | None,
+        typer.Option(help="memory, sqlite, redis or postgres (default: the --url's backend)"),
+    ] = None,
+    surface: Annotated[str, typer.Option(help="library, http or mcp")] = "library",
+    minutes: Annotated[
+        float | None, typer.Option(help="Stop after this many minutes (default 1)")
+    ] = None,
+    histories: Annotated[
+        int | None, typer.Option(help="Stop after this many histories (the first reached)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="History i has seed SEED + i")] = 0,
+    clients: Annotated[int, typer.Option(help="Clients per history")] = 3,
+    ops: Annotated[int, typer.Option(help="Calls per client per history")] = 15,
+    keys: Annotated[int, typer.Option(help="Records the clients share")] = 2,
+    servers: Annotated[int, typer.Option(help="Server processes (http, mcp)")] = 3,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where failing histories are saved (default: a new temporary folder)"),
+    ] = None,
+    no_faults: Annotated[bool, typer.Option("--no-faults", help="Inject no faults")] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The store to torture (rooms named torture-*; they are left behind). "
+            "Default: a store isolated to the run (a temporary SQLite file, a Redis key "
+            "prefix, a PostgreSQL database, removed afterwards)",
+        ),
+    ] = None,
+    broken: Annotated[
+        str | None,
+        typer.Option(
+            help="Run against a deliberately broken store (library surface): "
+            "ignores-version-is, stale-reads, applies-twice, commit-drops-compares"
+        ),
+    ] = None,
+) -> None:
+    """Record and check many short concurrent histories under faults.
+
+    Each history runs in fresh rooms: CLIENTS clients of OPS calls each
+    (reads, puts, compare-and-sets, deletes, appends, commits with command
+    ids), under faults drawn from what the backend and surface allow (kill -9
+    of client and server processes, SIGSTOP). Each is checked for
+    linearizability, a gapless log and commands applied once; a failing one
+    is saved to --out with the command that replays it. Exit code 0 if every
+    history passed, 1 if one failed.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentrooms.bench.backends import backend_of
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
+    from agentrooms.errors import AgentroomsError, BadRequest
+    from agentrooms.reliability.torture import (
+        HistoryResult,
+        Settings,
+        Unsupported,
+        run_torture,
+    )
+
+    if backend is None:
+        if url is None:
+            fail("bad_request", "give --backend (or a store --url)", EXIT_USAGE)
+        try:
+            backend = backend_of(url)
+        except BadRequest as exc:
+            fail(exc.code, exc, EXIT_USAGE)
+    settings = Settings(
+        backend=backend,
+        surface=surface,
+        seed=seed,
+        clients=clients,
+        ops=ops,
+        keys=keys,
+        histories=histories,
+        minutes=1.0 if minutes is None and histories is None else minutes,
+        faults=not no_faults,
+        broken=broken,
+        url=url,
+        servers=servers,
+    )
+    try:
+        settings.validate()
+    except (Unsupported, BadRequest) as exc:
+        fail("bad_request", exc, EXIT_USAGE)
+    folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
+
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn() if settings.histories is not None else TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    )
+    total = settings.histories if settings.histories is not None else None
+    task = progress.add_task(f"torture {backend}/{surface}", total=total, status="starting")
+
+    def on_history(result: HistoryResult, summary: Summary) -> None:
+        failing = len(summary.failing)
+        status = f"{summary.operations} ops, {summary.unknown} unknown, {failing} failing"
+        if settings.histories is None:
+            assert settings.minutes is not None
+            share = summary.seconds / (60 * settings.minutes)
+            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
+        else:
+            progress.update(task, completed=summary.histories, status=status)
+
+    try:
+        with progress:
+            summary = asyncio.run(run_torture(settings, folder, on_history=on_history))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+    except RuntimeError as exc:
+        fail("torture_crashed", exc, EXIT_CRASHED)
+    console.print(_table(summary))
+    for result in summary.failing[:10]:
+        console.print(
+            literal(
+                f"failing: seed {result.seed}, {result.verdict} {result.failed_keys or ''}, "
+                f"{len(result.anomalies)} anomalies, faults {result.faults}: {result.saved}"
+            ),
+            soft_wrap=True,
+        )
+        console.print(literal(f"  replay: {settings.replay(result.seed)}"), soft_wrap=True)
+        for anomaly in result.anomalies[:3]:
+            console.print(literal(f"  {anomaly}"), soft_wrap=True)
+    console.print(literal(f"failing histories are saved to {folder}"), soft_wrap=True)
+    raise typer.Exit(0 if summary.ok else EXIT_FINDING)
+
+
+def _table(summary: Summary) -> Table:
+    """The summary table of a run."""
+    from rich.table import Table
+
+    s = summary.settings
+    table = Table(title=f"torture {s.backend} / {s.surface}" + (f" / {s.broken}" * bool(s.broken)))
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("histories", summary.histories),
+        ("operations", summary.operations),
+        ("linearizable", summary.verdicts["linearizable"]),
+        ("not linearizable", summary.verdicts["not linearizable"]),
+        ("undecided", summary.verdicts["undecided"]),
+        ("unknown outcomes", summary.unknown),
+        ("anomalies", summary.anomalies),
+    ]
+    rows += [(f"fault: {kind}", n) for kind, n in sorted(summary.faults.items())]
+    if summary.integrity_checks:
+        rows.append(
+            ("SQLite integrity checks (all ok unless an anomaly)", summary.integrity_checks)
+        )
+    rows += [(f"reported: {how}", n) for how, n in sorted(summary.reports.items())]
+    rows += [
+        ("failing histories saved", len(summary.saved)),
+        ("minutes", f"{summary.seconds / 60:.1f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table

@@ -1,0 +1,293 @@
+"""What the property recorders share: the report, the journal, and the workers' supervisor.
+
+The journal is JSON lines, one file per worker incarnation. A call's line (``c`` the
+client, ``n`` its number, ``key``, ``op``, ``input``, ``call``) is written and flushed
+*before* the call, its return's line (``c``, ``n``, ``output``, ``return``) after it,
+so a worker killed mid-call leaves a call without a return: an unknown outcome. Times
+are ``time.monotonic_ns()`` (one clock for every process of the machine). Merged, a
+journal is a list of :class:`~agentrooms.reliability.history.Operation`.
+
+A :class:`Supervisor` runs workers (processes, or tasks of this process for
+``memory://``) and restarts each one killed by a fault as a new client (a new
+incarnation), until each exits cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from agentrooms.reliability.history import Operation
+
+__all__ = [
+    "INCARNATIONS",
+    "Journal",
+    "Killed",
+    "PropertyReport",
+    "Supervisor",
+    "abandon",
+    "load_journals",
+    "prepare",
+    "ready_then_wait",
+    "touch",
+]
+
+INCARNATIONS = 100
+"""Client ids are ``slot * INCARNATIONS + incarnation``: one per life of a worker."""
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyReport:
+    """One recorded run of a property: the calls it made (``operations``), those with an
+    unknown outcome, the anomalies the checker found, the faults injected, and counts
+    that say what the run exercised (named per property)."""
+
+    name: str
+    operations: int
+    unknown: int
+    anomalies: list[str]
+    faults: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+
+class Killed(BaseException):
+    """A fault ends a worker that is a task (the counterpart of ``kill -9`` of a process):
+    nothing after it runs, nothing is cleaned up."""
+
+
+class Journal:
+    """A worker's journal file; each line is flushed as soon as it is written."""
+
+    def __init__(self, path: str | Path, client: int) -> None:
+        self.client = client
+        self._n = 0
+        self._file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def call(self, op: str, key: str, input: Any = None) -> int:
+        """Record a call about to be made; its number, for :meth:`ret`."""
+        self._n += 1
+        row = {"c": self.client, "n": self._n, "key": key, "op": op, "input": input}
+        self._write({**row, "call": time.monotonic_ns()})
+        return self._n
+
+    def ret(self, n: int, output: Any) -> None:
+        """Record the outcome of call ``n`` (``output`` must not be ``None``)."""
+        self._write({"c": self.client, "n": n, "output": output, "return": time.monotonic_ns()})
+
+    def note(self, op: str, key: str, input: Any = None) -> None:
+        """Record something done at one instant (processing an event, a fault)."""
+        self.ret(self.call(op, key, input), {})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def load_journals(paths: list[Path]) -> list[Operation]:
+    """Every call of the journals, merged (a call without a return: unknown outcome).
+    ``ValueError`` on a malformed line; a last line cut off by a kill is dropped."""
+    ops: list[Operation] = []
+    for path in paths:
+        if not path.exists():
+            continue
+        calls: dict[tuple[int, int], dict[str, Any]] = {}
+        order: list[tuple[int, int]] = []
+        lines = path.read_text(encoding="utf-8").split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    continue  # the process died mid-write (no newline yet)
+                raise ValueError(f"{path}: bad line {i + 1}: {line[:200]}") from None
+            ident = (row["c"], row["n"])
+            if "op" in row:
+                calls[ident] = {**row, "output": None, "return": None}
+                order.append(ident)
+            else:
+                calls[ident].update(output=row["output"], **{"return": row["return"]})
+        for ident in order:
+            row = calls[ident]
+            ops.append(Operation.from_json({**row, "client": row["c"]}))
+    ops.sort(key=lambda op: op.call)
+    return ops
+
+
+Body = Callable[[int, int], Awaitable[bool]]
+"""Runs one incarnation of worker ``slot``: ``body(slot, incarnation)`` returns
+``True`` when the worker finished, ``False`` when a fault killed it."""
+
+
+class Supervisor:
+    """Runs ``slots`` workers through ``body`` and restarts each killed one (at most
+    ``max_restarts`` times in all: ``RuntimeError`` beyond, a sign the run cannot end)."""
+
+    def __init__(self, slots: int, body: Body, *, max_restarts: int = 200) -> None:
+        self.slots, self.body, self.max_restarts = slots, body, max_restarts
+        self.restarts = 0
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._slot(s) for s in range(self.slots)))
+
+    async def _slot(self, slot: int) -> None:
+        for incarnation in range(INCARNATIONS):
+            if await self.body(slot, incarnation):
+                return
+            self.restarts += 1
+            if self.restarts > self.max_restarts:
+                raise RuntimeError(f"more than {self.max_restarts} restarts")
+        raise RuntimeError(f"worker {slot} was killed {INCARNATIONS} times")
+
+
+class Processes:
+    """Worker processes (``python -m MODULE SPEC``) started for a :class:`Supervisor`;
+    their pids, so a run can SIGSTOP / SIGCONT / ``kill -9`` the live ones."""
+
+    def __init__(self, module: str, workdir: Path) -> None:
+        self.module, self.workdir = module, workdir
+        self.live: dict[int, asyncio.subprocess.Process] = {}
+        self.go = workdir / f"go-{os.getpid()}-{id(self)}"
+        self._stopped_since: dict[int, float] = {}
+
+    async def release(self, count: int, run: asyncio.Task[None], timeout: float = 60.0) -> None:
+        """Wait until ``count`` workers have opened their store (each touched its
+        ``ready`` file, see :func:`ready_then_wait`), then let them all go at once.
+        ``RuntimeError`` if they are not ready in time; the supervisor's error if ``run``
+        (the supervisor's task) ended meanwhile."""
+        deadline = time.monotonic() + timeout
+        while _count(self.workdir, "*.ready") < count:
+            if run.done():
+                run.result()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {count} workers started in {timeout} s")
+            await asyncio.sleep(0.01)
+        touch(self.go)
+
+    async def run(self, slot: int, spec: dict[str, Any]) -> bool:
+        """Run one worker process to its end: ``True`` if it exited 0, ``False`` if a
+        signal killed it; ``RuntimeError`` (with its stderr) if it failed."""
+        ready = self.workdir / f"{spec['client']}.ready"
+        spec = {**spec, "go": str(self.go), "ready": str(ready)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            self.module,
+            json.dumps(spec),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        self.live[slot] = proc
+        try:
+            _, err = await proc.communicate()
+        except asyncio.CancelledError:  # the run gave up: leave no worker behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        finally:
+            self.live.pop(slot, None)
+        if proc.returncode == 0:
+            return True
+        if proc.returncode == -signal.SIGKILL:
+            return False
+        tail = err.decode(errors="replace")[-2000:]
+        raise RuntimeError(f"worker {spec['client']} exited {proc.returncode}: {tail}")
+
+    def resume_stopped(self, after: float) -> int:
+        """SIGCONT every live worker that has been stopped (state ``T``, as
+        ``/proc/PID/stat`` says) for ``after`` seconds or more since this was first
+        asked; the number resumed."""
+        resumed = 0
+        now = time.monotonic()
+        for slot, proc in list(self.live.items()):
+            if not _stopped(proc.pid):
+                self._stopped_since.pop(proc.pid, None)
+                continue
+            since = self._stopped_since.setdefault(proc.pid, now)
+            if now - since >= after and self.signal(slot, signal.SIGCONT):
+                self._stopped_since.pop(proc.pid, None)
+                resumed += 1
+        return resumed
+
+    def signal(self, slot: int, sig: signal.Signals) -> bool:
+        """Send ``sig`` to worker ``slot`` if it runs; whether it was sent."""
+        proc = self.live.get(slot)
+        if proc is None or proc.returncode is not None:
+            return False
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+async def ready_then_wait(spec: dict[str, Any]) -> None:
+    """In a worker process whose store is open: say so, and wait for the run's go (at
+    once for a worker restarted after the start)."""
+    touch(Path(spec["ready"]))
+    go = Path(spec["go"])
+    while True:
+        if _exists(go):
+            return
+        await asyncio.sleep(0.01)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def prepare(workdir: Path) -> None:
+    """Create the run's directory (and its parents) if it is missing."""
+    workdir.mkdir(parents=True, exist_ok=True)
+
+
+def _count(directory: Path, pattern: str) -> int:
+    return len(list(directory.glob(pattern)))
+
+
+def touch(path: Path) -> None:
+    """Create ``path`` (a flag file) if it is missing."""
+    path.touch()
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def abandon(run: asyncio.Task[None]) -> None:
+    """Cancel a supervisor's task that has not ended (the run failed elsewhere): its
+    worker processes are killed, its worker tasks cancelled."""
+    if not run.done():
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            await run
+
+
+def die(in_process: bool) -> None:
+    """The fault that ends this worker here and now: ``kill -9`` of its own process, or
+    :class:`Killed` for a worker that is a task."""
+    if in_process:
+        raise Killed
+    os.kill(os.getpid(), signal.SIGKILL)
