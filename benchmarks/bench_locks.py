@@ -32,7 +32,7 @@ from typing import Any
 
 from common import store_url
 
-from agentrooms.rooms import Room, Rooms
+from agentrooms.rooms import Lock, Room, Rooms
 from agentrooms.store import open_store
 from agentrooms.store.base import Prepared, ScanPage, Snapshot, Store, TransactResult
 from agentrooms.store.wrap import Forwarding
@@ -112,12 +112,33 @@ async def _handoffs(room: Room, n: int) -> Counted:
     return run
 
 
+async def _ring(room: Room, n: int, turns: int) -> Counted:
+    """``n`` agents taking ``turns`` turns each by ``requeue``, the last one a release."""
+    first = await room.locks.try_acquire("l", "a0", ttl=30)
+
+    async def agent(i: int, lock: Lock | None = None) -> None:
+        if lock is None:
+            lock = await room.locks.wait_acquire("l", f"a{i}", ttl=30, timeout=60)
+        for _ in range(turns - 1):
+            lock = await room.locks.requeue(lock, timeout=60)
+        assert await room.locks.release(lock)
+
+    tasks = [asyncio.create_task(agent(i)) for i in range(1, n)]
+    await _in_line(room, n - 1)
+
+    async def run() -> None:
+        await asyncio.wait_for(asyncio.gather(agent(0, first), *tasks), 60)
+
+    return run
+
+
 SCENARIOS: list[tuple[str, int, Callable[[Room], Awaitable[Counted]]]] = [
     ("5 uncontended take + release", 16, _uncontended),
     ("requeue, nobody in line (+ release)", 16, _requeue_alone),
     ("2 waiters in line, 3 releases", 16, lambda r: _handoffs(r, 2)),
     ("12 waiters in line, 13 releases", 16, lambda r: _handoffs(r, 12)),
     ("10 waiters, LINE = 3, 11 releases", 3, lambda r: _handoffs(r, 10)),
+    ("3 agents x 10 turns by requeue", 16, lambda r: _ring(r, 3, 10)),
 ]
 
 
