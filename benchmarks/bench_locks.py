@@ -9,7 +9,7 @@ line (how often it is scanned), and a chain of handoffs (reads per handoff).
 ``contest`` runs the peer-library cell of ``agentrooms bench`` (48 agents, 1 ms held, a
 counter under the lock) on Redis for ``--impls``, ``--repeat`` times each; with
 ``--before PATH`` (a ``src`` directory of another checkout) every repetition also runs
-that code, in a child process, alternating with this one.
+that code; each arm runs in a child process of its own, alternating.
 
     python3 dev.py bench locks trips [--backend memory|sqlite|redis|postgres]
     python3 dev.py bench locks contest [--repeat 3] [--duration 2] [--before PATH]
@@ -190,19 +190,17 @@ async def _cells(impls: list[str], duration: float, rep: int) -> dict[str, float
 
 
 def contest(impls: list[str], repeat: int, duration: float, before: str | None) -> None:
-    from agentrooms.bench import loop as bench_loop
-
-    arms: dict[str, dict[str, list[float]]] = {"after": {}, **({"before": {}} if before else {})}
+    here = str(Path(__file__).resolve().parent.parent / "src")
+    paths = {"after": here, **({"before": before} if before else {})}
+    arms: dict[str, dict[str, list[float]]] = {arm: {} for arm in paths}
     for rep in range(repeat):
-        for arm, by_impl in arms.items():
-            if arm == "after":
-                rates = bench_loop.run(_cells(impls, duration, rep))
-            else:
-                env = {**os.environ, "PYTHONPATH": f"{before}{os.pathsep}{Path(__file__).parent}"}
-                args = [sys.executable, __file__, "cell", "--impls", ",".join(impls)]
-                args += ["--duration", str(duration), "--rep", str(rep)]
-                out = subprocess.run(args, env=env, check=True, capture_output=True, text=True)
-                rates = json.loads(out.stdout.splitlines()[-1])
+        for arm, by_impl in arms.items():  # each arm in a child process of its own
+            path = f"{paths[arm]}{os.pathsep}{Path(__file__).parent}"
+            args = [sys.executable, __file__, "cell", "--impls", ",".join(impls)]
+            args += ["--duration", str(duration), "--rep", str(rep)]
+            env = {**os.environ, "PYTHONPATH": path}
+            out = subprocess.run(args, env=env, check=True, capture_output=True, text=True)
+            rates: dict[str, float] = json.loads(out.stdout.splitlines()[-1])
             for impl, rate in rates.items():
                 by_impl.setdefault(impl, []).append(rate)
             print(f"rep {rep} {arm:>6}: " + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items()))
