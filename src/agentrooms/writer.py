@@ -71,7 +71,7 @@ from agentrooms.errors import (
 from agentrooms.metrics import Metrics, default_metrics
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.follow import follow
-from agentrooms.rooms.locks import Lock, Locks
+from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import (
@@ -483,7 +483,7 @@ class Writer:
         self.scope = Scope(base.store, base.room, policy=base.policy, metrics=self.metrics.commit)
         self.keys = QueueKeys(room_keys.check_name(name, "queue name"))
         self.owner = room_keys.check_name(owner, "writer owner")
-        self.locks = Locks(self.scope)
+        self.locks = Locks(self.scope, knowledge_of(base.store))
         self.lock_ttl, self.max_failures, self.retry_delay = lock_ttl, max_failures, retry_delay
         self.batch, self.idle, self.retention = batch, idle, retention
         self._rate = _Throughput()

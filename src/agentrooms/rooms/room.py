@@ -16,7 +16,7 @@ from agentrooms.retry import RetryPolicy
 from agentrooms.rooms import keys
 from agentrooms.rooms.documents import Documents
 from agentrooms.rooms.events import Events
-from agentrooms.rooms.locks import Locks
+from agentrooms.rooms.locks import Locks, knowledge_of
 from agentrooms.rooms.plan import Plan
 from agentrooms.rooms.presence import Presence
 from agentrooms.rooms.scope import Scope
@@ -49,7 +49,7 @@ class Room:
         self.name = self.scope.room
         self.store = store
         self.plan = Plan(self.scope)
-        self.locks = Locks(self.scope)
+        self.locks = Locks(self.scope, knowledge_of(store))
         self.events = Events(self.scope)
         self.presence = Presence(self.scope)
         self.docs = Documents(self.scope)

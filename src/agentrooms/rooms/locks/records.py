@@ -1,0 +1,121 @@
+"""What a lock's records hold, and the writes that change them.
+
+A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL) and the newest
+fencing token in ``lockfence/<name>``; ``lockline/<name>`` is the mark that a grant of the
+free lock and every join of its line rewrite. Pure functions and values: nothing here
+reads or writes the store.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrooms.errors import BadRequest
+from agentrooms.rooms import keys
+from agentrooms.store.base import FenceAtMost, Put, Write
+
+DEFAULT_TTL = 30.0
+READ = 64  # records a grant may come with (``read=``)
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    room: str
+    name: str
+    owner: str
+    token: str  # random, unique to this grant
+    fence: int
+    expires_at: float  # store clock
+    ttl: float
+    # what ``read=`` asked for: each record's value as of the grant (absent: left out)
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def guard(self) -> FenceAtMost:
+        """A compare that lets a write commit only while this grant is the newest."""
+        return FenceAtMost(keys.lock_fence(self.name), self.fence)
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    name: str
+    owner: str
+    fence: int
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A request for a lock: who, for how long, and the token its grant will carry."""
+
+    name: str
+    owner: str
+    ttl: float
+    token: str
+
+    def holder(self, fence: int) -> dict[str, Any]:
+        return holder_value(self.owner, self.token, fence, self.ttl)
+
+
+def new_claim(name: str, owner: str, ttl: object) -> Claim:
+    keys.check_name(name, "lock name")
+    keys.check_name(owner, "owner")
+    return Claim(name, owner, check_ttl(ttl), uuid.uuid4().hex)
+
+
+def check_ttl(ttl: object, what: str = "a lock ttl") -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86_400:
+        raise BadRequest(f"{what} must be between 0 and 86400 seconds, got {ttl!r}")
+    return float(ttl)
+
+
+def check_read(read: object) -> tuple[str, ...]:
+    if isinstance(read, str | bytes) or not isinstance(read, Sequence):
+        raise BadRequest(f"read must be a list of record keys, got {read!r}")
+    wanted = tuple(dict.fromkeys(read))
+    if len(wanted) > READ or not all(isinstance(k, str) and k for k in wanted):
+        raise BadRequest(f"read must name at most {READ} record keys (non-empty strings)")
+    return wanted
+
+
+def holder_value(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
+    return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+
+
+def grant_writes(name: str, holder: dict[str, Any]) -> list[Write]:
+    """The writes that make ``holder`` (with its new fencing token) the lock's holder."""
+    return [
+        Put(keys.lock(name), holder, ttl=holder["ttl"]),
+        Put(keys.lock_fence(name), {"fence": holder["fence"]}),
+    ]
+
+
+def mark(name: str) -> Put:
+    """The write that tells a release that someone took the lock free or joined its line
+    since (its value does not matter, its new version does)."""
+    return Put(keys.lock_line(name), 0)
+
+
+def acquiring(name: str, owner: str, ttl: float) -> dict[str, Any]:
+    """What a command id of an acquisition stands for (a repeat with another is refused)."""
+    return {"op": "lock.acquire", "lock": name, "owner": owner, "ttl": ttl}
+
+
+def handed(writes: Sequence[Write], wanted: object) -> dict[str, Any]:
+    """What a handoff passes on: of the releaser's writes, the puts without expiry of the
+    records the new holder asked for (their values as of the grant), copied."""
+    if not wanted:
+        return {}
+    asked = set(wanted) if isinstance(wanted, list) else set()
+    return copy.deepcopy(
+        {w.key: w.value for w in writes if isinstance(w, Put) and w.ttl is None and w.key in asked}
+    )
+
+
+def local_time(expires_at: float | None, store_now: float) -> float | None:
+    """The local monotonic time of a store-clock expiry (``None``: it never expires)."""
+    return None if expires_at is None else time.monotonic() + max(0.0, expires_at - store_now)
