@@ -1,5 +1,5 @@
 """The PostgreSQL backend sends a room's appending transacts that wait for one in flight
-together, as one batch in one statement (``transact()`` in schema.sql):
+together, as one batch in one statement (``functions/transact.sql``):
 
 * a batch answers as the in-memory reference applying its transacts one after the
   other (random batches, outcomes and final state compared);

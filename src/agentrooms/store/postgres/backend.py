@@ -1,10 +1,10 @@
 """The PostgreSQL backend: ``postgresql://user@host:port/dbname?schema=agentrooms``.
 
 Every operation is one statement in one round trip (asyncpg, over the small pool of
-``pool.py``); the SQL lives in ``queries.sql`` and ``schema.sql``, where ``transact`` is
-a PL/pgSQL function that locks, compares and writes in one transaction at READ
-COMMITTED. A put guarded by its own version, the commonest transact, is one plain
-``UPDATE`` (``compare_and_set``).
+``pool.py``); the SQL lives in ``queries.sql``, ``migrations/`` and ``functions/``
+(see ``sql.py``), where ``transact`` is a PL/pgSQL function that locks, compares and
+writes in one transaction at READ COMMITTED. A put guarded by its own version, the
+commonest transact, is one plain ``UPDATE`` (``compare_and_set``).
 
 Transacts that append to a room's log are serialized by the room's append lock, held to
 commit, so a room's appends take turns at the write-ahead log flush. A store therefore
@@ -19,7 +19,7 @@ that order, so concurrent pickers get different members). ``watch`` is woken by
 LISTEN/NOTIFY over one extra connection per store (``listener.py``), opened on the first
 ``watch``. ``delete_room`` is one transaction, excluding transacts of the room with an
 advisory lock. The lock order that keeps all of these free of deadlocks is written once,
-above ``transact()`` in ``schema.sql``.
+above ``transact()`` in ``functions/transact.sql``.
 
 URL query parameters of our own, removed before the rest reaches asyncpg:
 
