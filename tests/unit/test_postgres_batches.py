@@ -44,9 +44,10 @@ from agentrooms.store import (
     Write,
     open_store,
 )
-from agentrooms.store.base import TransactResult, prepare_transact
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.types import TransactResult
+from agentrooms.store.validation import prepare_transact
 
 KEYS = ["a", "a/b", "b", "é", "\U0010ffff"]
 MEMBERS = ["a", "b", "é", "\U0010ffff"]

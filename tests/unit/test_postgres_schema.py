@@ -51,7 +51,6 @@ from agentrooms.store import (
     Write,
     open_store,
 )
-from agentrooms.store.base import PreparedSetOp, fence_of
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.postgres.backend import PostgresStore, _set_args
 from agentrooms.store.postgres.sql import (
@@ -62,6 +61,7 @@ from agentrooms.store.postgres.sql import (
     QUERIES,
     quote_ident,
 )
+from agentrooms.store.types import PreparedSetOp, fence_of
 
 # What a schema holds, each row with the schema's name replaced by "<schema>".
 CATALOG = {

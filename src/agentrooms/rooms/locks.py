@@ -84,7 +84,8 @@ from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.follow import Subscription, follow, following, route, tell
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import (
+from agentrooms.store.base import Store, seen
+from agentrooms.store.types import (
     Absent,
     Append,
     Compare,
@@ -94,11 +95,9 @@ from agentrooms.store.base import (
     Present,
     Put,
     Record,
-    Store,
     TransactResult,
     VersionIs,
     Write,
-    seen,
 )
 
 DEFAULT_TTL = 30.0

@@ -61,7 +61,12 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentrooms.store.base import (
+from agentrooms.store.base import Store, settle
+from agentrooms.store.params import check_names, seconds
+from agentrooms.store.postgres.listener import Listener
+from agentrooms.store.postgres.pool import ConnectionPool
+from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
+from agentrooms.store.types import (
     Absent,
     Compare,
     Event,
@@ -72,17 +77,11 @@ from agentrooms.store.base import (
     Record,
     ScanPage,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
     VersionIs,
-    decode_json,
-    settle,
 )
-from agentrooms.store.params import check_names, seconds
-from agentrooms.store.postgres.listener import Listener
-from agentrooms.store.postgres.pool import ConnectionPool
-from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
+from agentrooms.store.validation import decode_json
 
 DEFAULT_SCHEMA = "agentrooms"
 DEFAULT_POOL_SIZE = 10

@@ -15,7 +15,7 @@ are loaded when the store is opened; if the server forgets them (restart, failov
 FLUSH) the next call loads its script again and retries, once.
 
 Time is the server's: each script reads ``TIME`` and judges expiry by it. The fencing
-token of a value is computed here with :func:`~agentrooms.store.base.fence_of` when it is
+token of a value is computed here with :func:`~agentrooms.store.types.fence_of` when it is
 written and stored beside the value, so a fence compare is exact for any integer and the
 script never decodes JSON.
 
@@ -76,7 +76,12 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentrooms.store.base import (
+from agentrooms.store.base import Store, seen
+from agentrooms.store.params import check_names, seconds
+from agentrooms.store.redis.durability import judge
+from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
+from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
+from agentrooms.store.types import (
     Absent,
     Compare,
     Event,
@@ -87,17 +92,11 @@ from agentrooms.store.base import (
     Record,
     ScanPage,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
     VersionIs,
     fence_of,
-    seen,
 )
-from agentrooms.store.params import check_names, seconds
-from agentrooms.store.redis.durability import judge
-from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
-from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a reply may take (and a dial, unless the URL says otherwise), unless the URL
@@ -149,7 +148,7 @@ def compare_arg(c: Compare) -> str:
 
 def put_options(w: PreparedWrite) -> str:
     """A put's options as ``transact.lua`` takes them: ``t<ttl ms>``, ``f<fence>`` and
-    ``o`` (a :class:`~agentrooms.store.base.PutOutcome`).
+    ``o`` (a :class:`~agentrooms.store.types.PutOutcome`).
 
     The fence is decoded only from a top-level object with a ``"fence":`` member; for
     any other value this is a substring test.
