@@ -52,7 +52,8 @@ from agentrooms.store import (
     open_store,
 )
 from agentrooms.store.memory import MemoryStore
-from agentrooms.store.postgres.backend import PostgresStore, _set_args
+from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.postgres.batches import set_args
 from agentrooms.store.postgres.sql import (
     FIRST,
     FUNCTIONS,
@@ -520,7 +521,7 @@ async def _close_all(stores: list[Store]) -> None:
 def test_set_ops_become_one_net_effect_per_member_in_lock_order(
     ops: list[tuple[str, str, bool]], expected: list[tuple[str, str, str]]
 ) -> None:
-    names, members, kinds = _set_args([PreparedSetOp(*op) for op in ops])
+    names, members, kinds = set_args([PreparedSetOp(*op) for op in ops])
     assert list(zip(names, members, kinds, strict=True)) == expected
 
 
