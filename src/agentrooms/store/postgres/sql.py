@@ -18,6 +18,8 @@ longer has). Nothing is squashed past a released version.
 
 :func:`migrate` is safe to call from any number of processes at once: it runs in one
 transaction under an advisory lock per schema.
+
+Why it is built this way: ``docs/schema.md``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Migrations are squashed by replacing the oldest ones with one file that builds w
 built and takes the number of the newest of them: a database at that number is already
 there, one between the dropped ones is refused (it was built by migrations this code no
 longer has). Nothing is squashed past a released version.
+
+Why it is built this way: ``docs/schema.md``.
 """
 
 from __future__ import annotations
