@@ -4,7 +4,7 @@
 -- of one) as if one after the other, in order: each item is all or nothing on its own,
 -- sees what the items before it wrote, and fails alone. They share one commit, and the
 -- room's append lock is taken once for all of them: a client that has several
--- appending transacts of a room waiting sends them together (backend.py), so appenders
+-- appending transacts of a room waiting sends them together (batches.py), so appenders
 -- queue in the lock manager, and flush the write-ahead log, once per batch rather than
 -- once per transact.
 --
