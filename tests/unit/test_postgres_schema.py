@@ -167,6 +167,20 @@ async def test_a_fresh_schema_has_exactly_the_functions_of_the_files(
     assert [tuple(row) for row in history] == [(m.version, m.name) for m in MIGRATIONS]
 
 
+async def test_reopening_an_up_to_date_schema_writes_no_function(
+    postgres_url: str, pg: Store, schema: str, conn: asyncpg.Connection
+) -> None:
+    """Functions are re-created only when their file changed: an open of a schema that
+    has every one as its file defines it leaves their catalog rows as they were."""
+    query = """SELECT p.proname, p.xmin::text
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = $1 ORDER BY 1"""
+    before = [tuple(row) for row in await conn.fetch(query, schema)]
+    await (await open_store(_url(postgres_url, schema))).close()
+    assert [tuple(row) for row in await conn.fetch(query, schema)] == before
+    assert len(before) == len(FUNCTIONS)
+
+
 # The history a schema built by the migrations squashed into the first one records.
 SQUASHED = [(1, "initial"), (2, "sets"), (3, "contention"), (4, "batches"), (5, "purge")]
 
