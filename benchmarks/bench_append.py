@@ -42,10 +42,11 @@ from typing import Any
 from common import machine
 
 from agentrooms.store import open_store
-from agentrooms.store.base import Append, Limits, prepare_transact
 from agentrooms.store.sqlite.config import parse_url
 from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.operations import Operations
+from agentrooms.store.types import Append, Limits
+from agentrooms.store.validation import prepare_transact
 
 Arm = Callable[[Path, int], float]  # (fresh directory, appends) -> seconds per append
 

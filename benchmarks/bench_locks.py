@@ -34,7 +34,8 @@ from common import store_url
 
 from agentrooms.rooms import Lock, Room, Rooms
 from agentrooms.store import open_store
-from agentrooms.store.base import Prepared, ScanPage, Snapshot, Store, TransactResult
+from agentrooms.store.base import Store
+from agentrooms.store.types import Prepared, ScanPage, Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
 
 IMPLS = ("ours-queued", "ours-queued-fused", "ours-requeue", "python-redis-lock")

@@ -27,8 +27,9 @@ from collections.abc import Awaitable, Callable
 from common import REDIS_URL, drop_redis_prefix, machine, unique
 
 from agentrooms.store import Put, open_store
-from agentrooms.store.redis.backend import _READ, RedisStore
+from agentrooms.store.redis.backend import RedisStore
 from agentrooms.store.redis.keys import room_keys
+from agentrooms.store.redis.scripts import READ
 from agentrooms.store.redis.wire import dial, pack_command
 
 Op = Callable[[], Awaitable[object]]
@@ -75,7 +76,7 @@ async def main() -> None:
     arms: dict[str, Op] = {
         "redis-py GET": lambda: client.get(plain),
         "wire GET": lambda: wire.call(get),
-        "redis-py EVALSHA read": lambda: client.evalsha(_READ.sha, 1, key),
+        "redis-py EVALSHA read": lambda: client.evalsha(READ.sha, 1, key),
         "store.read": lambda: store.read(room, ["k"]),
     }
     results: dict[tuple[str, int], list[tuple[float, float]]] = {}

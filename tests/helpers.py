@@ -6,7 +6,8 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
-from agentrooms.store.base import Compare, Prepared, ScanPage, Snapshot, Store, TransactResult
+from agentrooms.store.base import Store
+from agentrooms.store.types import Compare, Prepared, ScanPage, Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
 
 Hook = Callable[[int, list[Compare]], Awaitable[None]]

@@ -62,7 +62,8 @@ from agentrooms.errors import (
 )
 from agentrooms.metrics import Metrics, default_metrics
 from agentrooms.retry import RetryPolicy
-from agentrooms.store.base import (
+from agentrooms.store.base import Store
+from agentrooms.store.types import (
     JSON,
     OUTCOME_FIELD,
     Absent,
@@ -71,7 +72,6 @@ from agentrooms.store.base import (
     PutOutcome,
     Record,
     Snapshot,
-    Store,
     VersionIs,
     Write,
 )

@@ -74,7 +74,7 @@ from agentrooms.rooms.follow import follow
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import (
+from agentrooms.store.types import (
     JSON,
     Absent,
     Append,
@@ -85,8 +85,8 @@ from agentrooms.store.base import (
     SetAdd,
     SetRemove,
     Write,
-    prepare_transact,
 )
+from agentrooms.store.validation import prepare_transact
 
 __all__ = [
     "DeadLetter",

@@ -15,7 +15,7 @@ from typing import Any
 from agentrooms.commit import Intent, Where
 from agentrooms.rooms import Rooms
 from agentrooms.store import Append, Put, Store, open_store
-from agentrooms.store.base import Event, Prepared, ScanPage, Snapshot, TransactResult
+from agentrooms.store.types import Event, Prepared, ScanPage, Snapshot, TransactResult
 from agentrooms.writer import Writer, WriterMetrics
 from tests.helpers import Interposed
 

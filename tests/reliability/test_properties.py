@@ -32,7 +32,7 @@ from agentrooms.reliability.servers import ServerProcess
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.rooms.plan import Lease, Plan, Task
 from agentrooms.store import open_store
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 from tests.conftest import Backend
 
 WORKERS = 3

@@ -17,7 +17,7 @@ from agentrooms.rooms import keys
 from agentrooms.server import AuthConfig, HttpLimits, create_app, mint
 from agentrooms.server.auth import AUTH_ROOM
 from agentrooms.store import Store
-from agentrooms.store.base import Event, Prepared, ScanPage, Snapshot, TransactResult
+from agentrooms.store.types import Event, Prepared, ScanPage, Snapshot, TransactResult
 from tests.helpers import Interposed
 
 BASE = "http://agentrooms.test"

@@ -10,7 +10,7 @@ import pytest
 from agentrooms.errors import StoreUnavailable
 from agentrooms.server import AuthConfig, check_bind, serve
 from agentrooms.store import Store
-from agentrooms.store.base import Snapshot
+from agentrooms.store.types import Snapshot
 from tests.helpers import Interposed
 from tests.server.support import bearer, client, error_of, make_app, token
 

@@ -25,7 +25,7 @@ from agentrooms.effects import (
 )
 from agentrooms.effects import transitions as t
 from agentrooms.errors import BadRequest, IdempotencyMismatch, StaleFence
-from agentrooms.store.base import FenceAtMost, Put, Record, SetAdd, SetRemove, Snapshot
+from agentrooms.store.types import FenceAtMost, Put, Record, SetAdd, SetRemove, Snapshot
 
 NOW = 1000.0
 

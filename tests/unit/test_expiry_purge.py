@@ -17,9 +17,9 @@ import uuid
 import asyncpg
 
 from agentrooms.store import Append, Delete, Put, open_store
-from agentrooms.store.base import PURGE_LIMIT
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.types import PURGE_LIMIT
 
 
 class FakeClock:

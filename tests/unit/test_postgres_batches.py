@@ -1,5 +1,5 @@
 """The PostgreSQL backend sends a room's appending transacts that wait for one in flight
-together, as one batch in one statement (``transact()`` in schema.sql):
+together, as one batch in one statement (``functions/transact.sql``):
 
 * a batch answers as the in-memory reference applying its transacts one after the
   other (random batches, outcomes and final state compared);
@@ -44,9 +44,10 @@ from agentrooms.store import (
     Write,
     open_store,
 )
-from agentrooms.store.base import TransactResult, prepare_transact
 from agentrooms.store.memory import MemoryStore
 from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.types import TransactResult
+from agentrooms.store.validation import prepare_transact
 
 KEYS = ["a", "a/b", "b", "é", "\U0010ffff"]
 MEMBERS = ["a", "b", "é", "\U0010ffff"]

@@ -1,6 +1,8 @@
 """The PostgreSQL backend's schema and SQL, against the run's test database.
 
-* the numbered migrations build exactly the schema that ``schema.sql`` creates;
+* migrate creates every function from its file, every time: a schema built by the
+  migrations a squash replaced ends up as a fresh one, data kept; one between them, or
+  newer than the code, is refused;
 * concurrent openers of a fresh schema migrate it once;
 * every named query prepares, and the SQL fence rule is ``fence_of``'s;
 * what the conformance suite cannot see: lock placeholders never commit, absence is
@@ -11,8 +13,7 @@
   pick whose cost does not grow with the set;
 * watch: NOTIFY at commit only, one listening connection, reconnection, per-schema
   channels, close;
-* delete_room: atomic against transacts in flight and amid writers; a version 1 store
-  migrates with its data.
+* delete_room: atomic against transacts in flight and amid writers.
 """
 
 from __future__ import annotations
@@ -50,10 +51,18 @@ from agentrooms.store import (
     Write,
     open_store,
 )
-from agentrooms.store.base import PreparedSetOp, fence_of
 from agentrooms.store.memory import MemoryStore
-from agentrooms.store.postgres.backend import PostgresStore, _set_args
-from agentrooms.store.postgres.sql import MIGRATIONS, QUERIES, migrate, quote_ident
+from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.postgres.batches import set_args
+from agentrooms.store.postgres.sql import (
+    FIRST,
+    FUNCTIONS,
+    LATEST,
+    MIGRATIONS,
+    QUERIES,
+    quote_ident,
+)
+from agentrooms.store.types import PreparedSetOp, fence_of
 
 # What a schema holds, each row with the schema's name replaced by "<schema>".
 CATALOG = {
@@ -82,7 +91,7 @@ CATALOG = {
           FROM pg_sequences WHERE schemaname = $1 ORDER BY 1""",
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.proconfig,
-               pg_get_functiondef(p.oid)
+               pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = $1 ORDER BY 1, 2""",
     "migrations": "SELECT version, name FROM {schema}.schema_migrations ORDER BY 1",
@@ -127,22 +136,116 @@ async def pg(postgres_url: str, schema: str) -> AsyncIterator[Store]:
         await store.close()
 
 
-async def test_migrations_build_the_same_schema_as_schema_sql(postgres_url: str) -> None:
-    dumps = []
-    for stepwise in (False, True):
-        name = f"t_{'steps' if stepwise else 'fresh'}_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": name})
+async def _fresh(postgres_url: str) -> dict[str, list[str]]:
+    """The catalog of a schema created by opening a store on it."""
+    name = f"t_fresh_{uuid.uuid4().hex[:8]}"
+    await (await open_store(_url(postgres_url, name))).close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": name})
+    try:
+        return await _dump(conn, name)
+    finally:
+        await conn.execute(f"DROP SCHEMA {quote_ident(name)} CASCADE")
+        await conn.close()
+
+
+async def test_a_fresh_schema_has_exactly_the_functions_of_the_files(
+    postgres_url: str, pg: Store, schema: str, conn: asyncpg.Connection
+) -> None:
+    rows = await conn.fetch(
+        """SELECT p.proname, p.proconfig
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = $1 ORDER BY 1""",
+        schema,
+    )
+    assert [row["proname"] for row in rows] == list(FUNCTIONS)
+    inlined = {"fence_of", "room_lock", "append_lock", "notify_channel"}  # see room_lock.sql
+    for row in rows:
+        config = set(row["proconfig"] or [])
+        expected = set() if row["proname"] in inlined else {"plan_cache_mode=force_generic_plan"}
+        assert {c for c in config if c.startswith("plan_cache_mode")} == expected, row
+    history = await conn.fetch(f"SELECT version, name FROM {quote_ident(schema)}.schema_migrations")
+    assert [tuple(row) for row in history] == [(m.version, m.name) for m in MIGRATIONS]
+
+
+async def test_reopening_an_up_to_date_schema_writes_no_function(
+    postgres_url: str, pg: Store, schema: str, conn: asyncpg.Connection
+) -> None:
+    """Functions are re-created only when their file changed: an open of a schema that
+    has every one as its file defines it leaves their catalog rows as they were."""
+    query = """SELECT p.proname, p.xmin::text
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = $1 ORDER BY 1"""
+    before = [tuple(row) for row in await conn.fetch(query, schema)]
+    await (await open_store(_url(postgres_url, schema))).close()
+    assert [tuple(row) for row in await conn.fetch(query, schema)] == before
+    assert len(before) == len(FUNCTIONS)
+
+
+# The history a schema built by the migrations squashed into the first one records.
+SQUASHED = [(1, "initial"), (2, "sets"), (3, "contention"), (4, "batches"), (5, "purge")]
+
+
+async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
+    postgres_url: str, schema: str
+) -> None:
+    """A schema at the squash's number (here built by the squash, with the history and an
+    outdated function of one built by the migrations it replaced) migrates to the catalog
+    of a fresh schema, history aside, its functions re-created from the files."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", writes=[Put("k", "kept")], appends=[Append("e")])
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("DELETE FROM schema_migrations")
+        for version, name in [*SQUASHED, (FIRST, "outcomes")]:
+            await conn.execute(QUERIES["record_migration"].sql, version, name)
+        await conn.execute(
+            "CREATE OR REPLACE FUNCTION trim_log(p_room text, p_before bigint) RETURNS bigint"
+            " LANGUAGE sql AS $$ SELECT -1::bigint $$"
+        )
+        await conn.execute("COMMENT ON FUNCTION trim_log IS NULL")  # as they were created
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        record = (await store.read("r", ["k"])).get("k")
+        assert record is not None and record.value == "kept"
+        assert [e.type for e in await store.read_log("r")] == ["e"]
+        assert await store.trim_log("r", 2) == 2  # the file's trim_log again
+        result = await store.transact(
+            "r", [VersionIs("k", record.version)], [Put("k", 2), SetAdd("s", "m")], [Append("f")]
+        )
+        assert result.seqs == [2]
+        assert await store.set_pick("r", "s") == ["m"]
+        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
         try:
-            assert await migrate(conn, name, stepwise=stepwise) == 0
-            assert await migrate(conn, name) == MIGRATIONS[-1].version  # now a no-op
-            dumps.append(await _dump(conn, name))
+            migrated = await _dump(conn, schema)
         finally:
-            await conn.execute(f"DROP SCHEMA {quote_ident(name)} CASCADE")
             await conn.close()
-    fresh, steps = dumps
-    assert fresh["relations"], "the dump found nothing: the comparison would be empty"
+    finally:
+        await store.close()
+    fresh = await _fresh(postgres_url)
+    assert migrated["migrations"] == [repr(row) for row in [*SQUASHED, (FIRST, "outcomes")]]
     for what in CATALOG:
-        assert fresh[what] == steps[what], what
+        if what != "migrations":
+            assert migrated[what] == fresh[what], what
+
+
+@pytest.mark.parametrize("version", [SQUASHED[2][0], LATEST + 1])
+async def test_a_schema_between_squashed_versions_or_newer_is_refused(
+    postgres_url: str, schema: str, version: int
+) -> None:
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
+        await conn.execute(MIGRATIONS[0].sql)
+        await conn.execute(QUERIES["record_migration"].sql, version, "old")
+    finally:
+        await conn.close()
+    with pytest.raises(StoreUnavailable, match="squashed" if version < FIRST else "newer"):
+        await open_store(_url(postgres_url, schema))
 
 
 async def test_concurrent_openers_migrate_once(
@@ -432,7 +535,7 @@ async def _close_all(stores: list[Store]) -> None:
 def test_set_ops_become_one_net_effect_per_member_in_lock_order(
     ops: list[tuple[str, str, bool]], expected: list[tuple[str, str, str]]
 ) -> None:
-    names, members, kinds = _set_args([PreparedSetOp(*op) for op in ops])
+    names, members, kinds = set_args([PreparedSetOp(*op) for op in ops])
     assert list(zip(names, members, kinds, strict=True)) == expected
 
 
@@ -617,7 +720,7 @@ async def test_pick_cost_does_not_grow_with_the_set(
 
 async def _channel(conn: asyncpg.Connection, schema: str) -> str:
     """The store's channel, asked as its sessions ask (the schema is their search_path;
-    notify_channel() names the caller's schema, see schema.sql)."""
+    notify_channel() names the caller's schema, see functions/room_lock.sql)."""
     async with conn.transaction():
         await conn.execute(f"SET LOCAL search_path = {quote_ident(schema)}")
         channel: str = await conn.fetchval("SELECT notify_channel()")
@@ -924,38 +1027,6 @@ async def test_delete_room_amid_writers_is_atomic_and_never_deadlocks(
         assert await stores[0].last_seq("r") == 5 * 40
     finally:
         await _close_all(stores)
-
-
-# -------------------------------------------------------------------- v2: migration
-
-
-async def test_a_version_1_store_migrates_to_version_2_with_its_data(
-    postgres_url: str, schema: str
-) -> None:
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
-    try:
-        await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
-        await conn.execute(MIGRATIONS[0].sql)
-        await conn.execute(QUERIES["record_migration"].sql, 1, MIGRATIONS[0].name)
-        # a version 1 transact: put k, append one event
-        await conn.execute(
-            "SELECT * FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            *("r", ["k"], [], [], [], ["k"], ['"v1"'], [None], [], ["e"], ["null"]),
-        )
-    finally:
-        await conn.close()
-    store = await open_store(_url(postgres_url, schema))
-    try:
-        record = (await store.read("r", ["k"])).get("k")
-        assert record is not None and record.value == "v1"
-        assert [e.type for e in await store.read_log("r")] == ["e"]
-        result = await store.transact(
-            "r", [VersionIs("k", record.version)], [Put("k", 2), SetAdd("s", "m")], [Append("f")]
-        )
-        assert result.seqs == [2]
-        assert await store.set_pick("r", "s") == ["m"]
-    finally:
-        await store.close()
 
 
 async def test_a_read_looks_up_each_key_whatever_the_plan_cache_knows(

@@ -21,14 +21,9 @@ from redis.asyncio.connection import Connection
 from agentrooms.errors import StoreUnavailable
 from agentrooms.store import Append, Put, SetAdd, SetRemove, open_store
 from agentrooms.store.memory import MemoryStore
-from agentrooms.store.redis.backend import (
-    MAX_SEQ,
-    RedisStore,
-    block_ms,
-    set_op_arg,
-    watch_command,
-)
+from agentrooms.store.redis.backend import RedisStore
 from agentrooms.store.redis.keys import room_keys, split_url
+from agentrooms.store.redis.scripts import MAX_SEQ, block_ms, set_op_arg, watch_command
 from agentrooms.store.redis.wire import Wire, pack_command, pack_evalsha
 from tests.conftest import unavailable
 from tests.helpers import free_port

@@ -27,7 +27,6 @@ from agentrooms.store import (
     VersionIs,
     open_store,
 )
-from agentrooms.store.base import PURGE_LIMIT, Compare, Prepared, PreparedWrite
 from agentrooms.store.sqlite.backend import SqliteStore
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
 from agentrooms.store.sqlite.engine import Engine
@@ -39,6 +38,7 @@ from agentrooms.store.sqlite.worker import (
     POLL_INTERVAL,
     poll_interval,
 )
+from agentrooms.store.types import PURGE_LIMIT, Compare, Prepared, PreparedWrite
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""The SQLite backend's SQL files: named queries, migrations and the schema they produce."""
+"""The SQLite backend's SQL files: named queries and the migrations that build the schema."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from agentrooms.store.sqlite import operations
 from agentrooms.store.sqlite.config import SqliteConfig
 from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.sql import (
+    FIRST,
     MIGRATIONS,
     SCHEMA_VERSION,
     migrate,
@@ -78,14 +79,23 @@ def _shape(conn: sqlite3.Connection) -> dict[str, object]:
     return shape
 
 
-def test_migrations_produce_the_schema() -> None:
-    migrated = sqlite3.connect(":memory:", isolation_level=None)
-    assert migrate(migrated) == SCHEMA_VERSION == len(MIGRATIONS) >= 1
-    assert schema_version(migrated) == SCHEMA_VERSION
-    fresh = sqlite3.connect(":memory:", isolation_level=None)
-    fresh.executescript(read_text("schema.sql"))
-    assert _shape(migrated) == _shape(fresh)
-    assert migrate(migrated) == SCHEMA_VERSION  # idempotent
+def test_migrate_builds_the_schema_once() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    assert migrate(conn) == SCHEMA_VERSION == MIGRATIONS[-1][0]
+    assert schema_version(conn) == SCHEMA_VERSION
+    shape = _shape(conn)
+    assert {"records", "events", "rooms", "revision", "set_members"} <= set(shape)
+    assert migrate(conn) == SCHEMA_VERSION  # idempotent
+    assert _shape(conn) == shape
+
+
+def test_a_database_between_squashed_versions_is_refused() -> None:
+    assert FIRST > 1, "no squash to test"
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(f"PRAGMA user_version = {FIRST - 1}")
+    with pytest.raises(StoreUnavailable, match="squashed"):
+        migrate(conn)
+    assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
 
 
 def test_a_newer_database_is_refused() -> None:
@@ -121,10 +131,14 @@ def test_concurrent_openers_of_a_fresh_file_migrate_once(tmp_path: Path) -> None
     conn.close()
 
 
-async def test_a_version_1_database_is_upgraded_keeping_its_data(tmp_path: Path) -> None:
-    path = tmp_path / "v1.db"
+async def test_a_database_built_before_the_squash_keeps_working_with_its_data(
+    tmp_path: Path,
+) -> None:
+    """A file at the squash's number (built by the squash here: the migrations it replaced
+    built the same tables) opens with its data, nothing applied again."""
+    path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    assert migrate(conn, MIGRATIONS[:1]) == 1
+    assert migrate(conn) == FIRST
     conn.execute("INSERT INTO records VALUES ('r', 'k', '\"old\"', 7, NULL)")
     conn.execute("INSERT INTO rooms (room, seq) VALUES ('r', 1)")
     conn.execute("INSERT INTO events VALUES ('r', 1, 'e', 'null', 0)")

@@ -10,7 +10,7 @@ import pytest
 from agentrooms.commit import Intent, View, Where
 from agentrooms.errors import BadRequest
 from agentrooms.rooms.locks import Lock
-from agentrooms.store.base import (
+from agentrooms.store.types import (
     Append,
     Delete,
     Event,

@@ -74,10 +74,7 @@ from agentrooms.retry import (
 )
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Append, Put, Store
-from agentrooms.store.base import (
-    Snapshot,
-    TransactResult,
-)
+from agentrooms.store.types import Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
 
 __all__ = [

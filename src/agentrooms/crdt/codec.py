@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["Crdt", "check_count", "check_node", "decode", "expect", "merge_json", "register"]
 

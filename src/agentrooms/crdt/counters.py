@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from agentrooms.crdt.codec import check_counts, check_node, expect, register
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["GCounter", "PNCounter"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from agentrooms.crdt.codec import check_count, check_node
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["HybridClock", "Timestamp", "observe", "tick", "wall_ms"]
 

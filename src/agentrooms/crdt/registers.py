@@ -20,7 +20,7 @@ from typing import ClassVar
 from agentrooms.crdt.codec import expect, register
 from agentrooms.crdt.hlc import HybridClock, Timestamp
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["LWWRegister"]
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from agentrooms.crdt.codec import check_count, check_counts, check_node, expect, register
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["ORSet"]
 

@@ -20,7 +20,8 @@ from agentrooms.commit import Change, View, commit
 from agentrooms.crdt.codec import Crdt
 from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, RetryPolicy
-from agentrooms.store.base import Put, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import Put
 
 __all__ = ["SYNC_POLICY", "load", "sync"]
 

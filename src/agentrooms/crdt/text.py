@@ -28,7 +28,7 @@ from pycrdt import Text as YText
 
 from agentrooms.crdt.codec import check_count, check_node, expect, register
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["Editor", "Text", "client_id"]
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, IdempotencyMismatch
 from agentrooms.rooms import keys
-from agentrooms.store.base import JSON, Absent, Append, Compare, Put, SetAdd, Write
+from agentrooms.store.types import JSON, Absent, Append, Compare, Put, SetAdd, Write
 
 PENDING, CLAIMED, UNKNOWN = "pending", "claimed", "unknown"
 SUCCEEDED, FAILED, COMPENSATED = "succeeded", "failed", "compensated"

@@ -20,7 +20,8 @@ from agentrooms.errors import BadRequest, NotFound, StoreUnavailable
 from agentrooms.rooms import keys
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import JSON, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import JSON
 
 RECORD_RETRIES = 30  # transport failures tolerated while recording one outcome
 RECORD_BACKOFF = 2.0  # seconds, the longest wait between those retries

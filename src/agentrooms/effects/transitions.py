@@ -25,7 +25,7 @@ from agentrooms.effects.model import (
     read_effect,
 )
 from agentrooms.errors import InvalidTransition, NotFound, StaleFence
-from agentrooms.store.base import JSON, Append, FenceAtMost, Put, SetAdd, SetRemove, Write
+from agentrooms.store.types import JSON, Append, FenceAtMost, Put, SetAdd, SetRemove, Write
 
 
 class Skip(Exception):

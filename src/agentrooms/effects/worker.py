@@ -32,7 +32,8 @@ from agentrooms.effects.reconciler import Reconciler
 from agentrooms.errors import BadRequest, InvalidTransition, NotFound, StaleFence, StoreUnavailable
 from agentrooms.retry import Backoff, Exponential
 from agentrooms.rooms import keys
-from agentrooms.store.base import JSON, Append, encode_json
+from agentrooms.store.types import JSON, Append
+from agentrooms.store.validation import encode_json
 
 Handler = Callable[[Effect], Awaitable[JSON]]
 """Performs one effect, passing ``effect.id`` to the destination as the idempotency key.

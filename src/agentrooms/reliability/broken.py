@@ -21,15 +21,8 @@ import random
 
 from agentrooms.commit import COMMAND_PREFIX
 from agentrooms.errors import StaleFence, VersionConflict
-from agentrooms.store.base import (
-    Compare,
-    Prepared,
-    Record,
-    Snapshot,
-    Store,
-    TransactResult,
-    VersionIs,
-)
+from agentrooms.store.base import Store
+from agentrooms.store.types import Compare, Prepared, Record, Snapshot, TransactResult, VersionIs
 from agentrooms.store.wrap import Forwarding
 
 __all__ = ["BROKEN", "AppliesTwice", "CommitDropsCompares", "IgnoresVersionIs", "StaleReads"]

@@ -15,7 +15,7 @@ from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, NotFound, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import (
+from agentrooms.store.types import (
     JSON,
     Absent,
     Append,

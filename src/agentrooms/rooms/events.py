@@ -22,7 +22,7 @@ from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import JSON, Absent, Append, Event, Put, VersionIs
+from agentrooms.store.types import JSON, Absent, Append, Event, Put, VersionIs
 
 Ack = Literal["auto", "explicit"]
 

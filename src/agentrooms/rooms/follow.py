@@ -50,7 +50,8 @@ from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 
 from agentrooms.errors import CursorCompacted
-from agentrooms.store.base import Event, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import Event
 
 IDLE_WATCH = 5.0  # seconds one watch() waits before the follower looks again
 PAGE = 1000  # events per read_log while catching up

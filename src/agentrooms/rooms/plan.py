@@ -40,7 +40,7 @@ from agentrooms.errors import (
 )
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import JSON, Append, FenceAtMost, Put, SetAdd, SetRemove, Write
+from agentrooms.store.types import JSON, Append, FenceAtMost, Put, SetAdd, SetRemove, Write
 
 PENDING, READY, CLAIMED, DONE, FAILED, CANCELLED = (
     "pending",

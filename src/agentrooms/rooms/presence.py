@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agentrooms.errors import BadRequest
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import JSON, Delete, Put
+from agentrooms.store.types import JSON, Delete, Put
 
 DEFAULT_TTL = 120.0
 

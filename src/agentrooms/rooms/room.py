@@ -20,7 +20,8 @@ from agentrooms.rooms.locks import Locks, knowledge_of
 from agentrooms.rooms.plan import Plan
 from agentrooms.rooms.presence import Presence
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import JSON, Absent, Append, Delete, Present, Put, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import JSON, Absent, Append, Delete, Present, Put
 
 
 @dataclass(frozen=True, slots=True)

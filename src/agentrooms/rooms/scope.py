@@ -20,16 +20,8 @@ from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
-from agentrooms.store.base import (
-    Absent,
-    Append,
-    Compare,
-    Present,
-    Snapshot,
-    Store,
-    TransactResult,
-    Write,
-)
+from agentrooms.store.base import Store
+from agentrooms.store.types import Absent, Append, Compare, Present, Snapshot, TransactResult, Write
 
 E = TypeVar("E")
 

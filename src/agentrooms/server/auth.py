@@ -37,7 +37,8 @@ from typing import Any, Literal
 from agentrooms.errors import BadRequest, Unauthorized, VersionConflict
 from agentrooms.rooms.documents import partition_of
 from agentrooms.rooms.keys import check_name
-from agentrooms.store.base import MAX_TTL, Absent, Put, Store, VersionIs
+from agentrooms.store.base import Store
+from agentrooms.store.types import MAX_TTL, Absent, Put, VersionIs
 
 __all__ = [
     "ADMIN",

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agentrooms.rooms import Document, Lease, LockInfo, Member, RoomInfo, Task
-from agentrooms.store.base import Event
+from agentrooms.store.types import Event
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"

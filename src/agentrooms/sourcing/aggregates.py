@@ -56,17 +56,9 @@ from agentrooms.rooms.keys import check_name as check_id
 from agentrooms.sourcing import keys
 from agentrooms.sourcing.events import DomainEvent, Recorded
 from agentrooms.sourcing.fold import Aggregate
-from agentrooms.store.base import (
-    JSON,
-    Absent,
-    Append,
-    Put,
-    Record,
-    Snapshot,
-    Store,
-    Write,
-    encode_json,
-)
+from agentrooms.store.base import Store
+from agentrooms.store.types import JSON, Absent, Append, Put, Record, Snapshot, Write
+from agentrooms.store.validation import encode_json
 
 __all__ = ["MAX_APPEND", "Aggregates", "Appended", "Loaded"]
 

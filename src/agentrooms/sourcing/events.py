@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrooms.errors import BadRequest, InvalidTransition
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = [
     "DomainEvent",

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from agentrooms.errors import BadRequest, InvalidTransition
 from agentrooms.sourcing.events import DomainEvent, Upcasters, check_name, check_version
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["Aggregate"]
 

@@ -37,7 +37,8 @@ from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.sourcing import keys
 from agentrooms.sourcing.projections import LIVE, RETIRED, Projection, Projector, parse_position
-from agentrooms.store.base import JSON, Put, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import JSON, Put
 
 __all__ = [
     "MigrationStatus",

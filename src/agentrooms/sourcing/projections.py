@@ -45,7 +45,8 @@ from agentrooms.sourcing.events import (
     check_name,
     check_version,
 )
-from agentrooms.store.base import JSON, Delete, Event, Put, Store, VersionIs, Write
+from agentrooms.store.base import Store
+from agentrooms.store.types import JSON, Delete, Event, Put, VersionIs, Write
 
 __all__ = [
     "LIVE",

@@ -16,7 +16,8 @@ import importlib
 from urllib.parse import urlsplit
 
 from agentrooms.errors import BadRequest
-from agentrooms.store.base import (
+from agentrooms.store.base import Store
+from agentrooms.store.types import (
     Absent,
     Append,
     Compare,
@@ -32,7 +33,6 @@ from agentrooms.store.base import (
     SetAdd,
     SetRemove,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
     VersionIs,

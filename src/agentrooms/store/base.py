@@ -17,457 +17,43 @@ Invariants every backend keeps (and the conformance suite checks):
 * Event sequence numbers are assigned by the store: per room, starting at 1, gapless and
   strictly increasing in commit order.
 
-Public methods validate and encode their input here, once, before the backend sees it:
-bad input raises :class:`~agentrooms.errors.BadRequest` (or ``PayloadTooLarge``) and
-nothing is written. Backends implement the underscored methods.
+Public methods validate and encode their input once, before the backend sees it
+(:mod:`agentrooms.store.validation`): bad input raises
+:class:`~agentrooms.errors.BadRequest` (or ``PayloadTooLarge``) and nothing is written.
+Backends implement the underscored methods. The types are in :mod:`agentrooms.store.types`.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import json
-import math
-import re
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeAlias
-
-from agentrooms.errors import BadRequest, PayloadTooLarge, StaleFence, VersionConflict
-
-JSON: TypeAlias = Any
-"""Any value ``json.dumps`` accepts without ``default=`` (NaN and infinities excluded)."""
-
-MAX_TTL = 10 * 365 * 86_400.0
-"""The longest TTL a record may have (ten years), within every backend's clock range."""
-
-PURGE_LIMIT = 32
-"""Expired records a write deletes from its room, at most, oldest first (SQLite and memory;
-PostgreSQL's ``transact()`` has the same number in its SQL; Redis expires keys itself)."""
-
-FENCE_FIELD = "fence"
-"""The top-level field of a record's JSON object that holds its fencing token."""
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record as read: value and version always from the same instant."""
-
-    key: str
-    value: JSON
-    version: int
-    expires_at: float | None = None  # store-clock seconds since the epoch
-
-    @property
-    def fence(self) -> int:
-        """The record's fencing token (the value's ``fence`` field), 0 when it has none."""
-        return fence_of(self.value)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """The records asked for that exist, read together, with the store's clock."""
-
-    records: Mapping[str, Record]
-    now: float  # store-clock seconds since the epoch
-
-    def get(self, key: str) -> Record | None:
-        return self.records.get(key)
-
-    def exists(self, key: str) -> bool:
-        return key in self.records
-
-    def version(self, key: str) -> int | None:
-        record = self.records.get(key)
-        return None if record is None else record.version
-
-    def value(self, key: str, default: JSON = None) -> JSON:
-        record = self.records.get(key)
-        return default if record is None else record.value
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One entry of a room's log."""
-
-    seq: int
-    type: str
-    data: JSON
-    time: float  # store-clock seconds when it was appended
-
-
-@dataclass(frozen=True, slots=True)
-class ScanPage:
-    """Records in key order; pass ``next_after`` back as ``after`` for the next page."""
-
-    records: list[Record]
-    next_after: str | None
-    now: float
-
-
-@dataclass(frozen=True, slots=True)
-class TransactResult:
-    """What a successful ``transact`` did: new version per put key, the sequence number of
-    each appended event (in order), and the store's clock at commit."""
-
-    versions: dict[str, int]
-    seqs: list[int]
-    now: float
-
-
-# ---------------------------------------------------------------- compares and writes
-
-
-@dataclass(frozen=True, slots=True)
-class VersionIs:
-    """The record exists (unexpired) and its version equals ``version``."""
-
-    key: str
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Absent:
-    """The record does not exist (or has expired)."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Present:
-    """The record exists and has not expired."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class FenceAtMost:
-    """The record exists and its fencing token is at most ``fence``.
-
-    A failure raises :class:`~agentrooms.errors.StaleFence` (the caller's token is
-    older than the holder's), which takes precedence over version conflicts.
-    """
-
-    key: str
-    fence: int
-
-
-Compare: TypeAlias = VersionIs | Absent | Present | FenceAtMost
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    """Write ``value`` (replacing any previous one); ``ttl`` in seconds, ``None`` = no expiry."""
-
-    key: str
-    value: JSON
-    ttl: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PutOutcome(Put):
-    """A :class:`Put` of a JSON object to which the store adds, atomically with the rest
-    of the transact, what the transact did: the field ``outcome`` holds
-    ``{"versions": {key: new version, ...}, "seqs": [seq, ...]}``, the versions of the
-    transact's other puts and the sequence numbers of its appends, as its
-    :class:`TransactResult` reports them. A recorded command outcome uses it, so that a
-    replay can answer with the versions and sequence numbers the store assigned. At most
-    one per transact; ``value`` must be an object with no ``outcome`` field."""
-
-
-OUTCOME_FIELD = "outcome"
-"""The field of a :class:`PutOutcome` value that the store fills in."""
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    """Remove the record; deleting an absent record is not an error."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetAdd:
-    """Add ``member`` to the room's set ``name`` (no-op if present). Sets are
-    commutative indexes (e.g. a plan's ready tasks): they carry no version and take no
-    part in compares, so concurrent adds and removes never conflict."""
-
-    name: str
-    member: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetRemove:
-    """Remove ``member`` from the room's set ``name`` (no-op if absent)."""
-
-    name: str
-    member: str
-
-
-Write: TypeAlias = Put | Delete | SetAdd | SetRemove
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    """Append an event to the room's log; the store gives it its sequence number."""
-
-    type: str
-    data: JSON = None
-
-
-# ------------------------------------------------------------- prepared (backend) forms
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedWrite:
-    """A validated write as backends receive it: ``value_json`` is ``None`` for a delete."""
-
-    key: str
-    value_json: str | None
-    ttl_ms: int | None = None
-    outcome: bool = False  # a PutOutcome: the store adds the transact's outcome to it
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedSetOp:
-    name: str
-    member: str
-    add: bool
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedAppend:
-    type: str
-    data_json: str
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Input limits checked before anything reaches a backend."""
-
-    max_room_bytes: int = 200
-    max_key_bytes: int = 1024
-    max_value_bytes: int = 4 * 1024 * 1024
-    max_event_type_bytes: int = 200
-    max_ops: int = 5000  # compares + writes + appends in one transact
-    max_page: int = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class StoreInfo:
-    """What ``doctor`` reports: the backend, its durability, and what is unsafe."""
-
-    backend: str
-    url: str
-    durability: str
-    warnings: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------ validation
-
-
-def fence_of(value: JSON) -> int:
-    """The fencing token held in a record's value: its integer ``fence`` field, else 0."""
-    if isinstance(value, dict):
-        fence = value.get(FENCE_FIELD)
-        if isinstance(fence, int) and not isinstance(fence, bool):
-            return fence
-    return 0
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def encode_json(value: JSON, what: str, limit: int) -> str:
-    """Canonical JSON text of ``value``; ``BadRequest`` if it is not JSON,
-    ``PayloadTooLarge`` if its UTF-8 encoding is over ``limit`` bytes."""
-    try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise BadRequest(f"{what} is not JSON-serialisable: {exc}") from exc
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError as exc:  # a lone surrogate: no backend can store it
-        raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
-    if size > limit:
-        raise PayloadTooLarge(f"{what} is {size} bytes, over the {limit} limit")
-    return text
-
-
-def _check_name(name: object, what: str, limit: int) -> str:
-    if not isinstance(name, str):
-        raise BadRequest(f"{what} must be a string, not {type(name).__name__}")
-    if not name:
-        raise BadRequest(f"{what} must not be empty")
-    try:
-        size = len(name.encode())
-    except UnicodeEncodeError as exc:
-        raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
-    if size > limit:
-        raise BadRequest(f"{what} is {size} bytes, over the {limit}-byte limit")
-    if _CONTROL.search(name):
-        raise BadRequest(f"{what} {name!r} contains a control character")
-    return name
-
-
-def check_room(room: object, limits: Limits) -> str:
-    """Room names: non-empty, no control characters, no braces (they delimit the Redis
-    hash tag), at most ``max_room_bytes``."""
-    name = _check_name(room, "room name", limits.max_room_bytes)
-    if "{" in name or "}" in name:
-        raise BadRequest(f"room name {name!r} must not contain braces")
-    return name
-
-
-def check_key(key: object, limits: Limits) -> str:
-    return _check_name(key, "key", limits.max_key_bytes)
-
-
-def check_int(value: object, what: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadRequest(f"{what} must be an integer, not {type(value).__name__}")
-    if value < minimum:
-        raise BadRequest(f"{what} must be at least {minimum}, got {value}")
-    return value
-
-
-def check_timeout(timeout: object) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 <= timeout <= 3600
-    ):
-        raise BadRequest("timeout must be a number of seconds between 0 and 3600")
-    return float(timeout)
-
-
-def check_limit(limit: object, limits: Limits) -> int:
-    value = check_int(limit, "limit", 1)
-    if value > limits.max_page:
-        raise BadRequest(f"limit {value} is over the maximum page of {limits.max_page}")
-    return value
-
-
-def ttl_to_ms(ttl: object) -> int | None:
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise BadRequest(f"ttl must be a number of seconds, not {type(ttl).__name__}")
-    if not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL:
-        raise BadRequest(f"ttl must be a positive number of seconds up to {MAX_TTL:.0f}, got {ttl}")
-    return max(1, math.ceil(ttl * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """One transact's operations, validated and encoded."""
-
-    compares: list[Compare]
-    writes: list[PreparedWrite]
-    appends: list[PreparedAppend]
-    set_ops: list[PreparedSetOp]
-
-
-def prepare_transact(
-    compares: Iterable[Compare],
-    writes: Iterable[Write],
-    appends: Iterable[Append],
-    limits: Limits,
-) -> Prepared:
-    """Validate and encode one transact's operations (raising before any IO)."""
-    cmp_list, write_list, append_list = list(compares), list(writes), list(appends)
-    if len(cmp_list) + len(write_list) + len(append_list) > limits.max_ops:
-        raise BadRequest(f"a transact holds at most {limits.max_ops} operations")
-    for c in cmp_list:
-        if not isinstance(c, VersionIs | Absent | Present | FenceAtMost):
-            raise BadRequest(f"not a compare: {c!r}")
-        check_key(c.key, limits)
-        if isinstance(c, VersionIs):
-            check_int(c.version, "compared version", 0)
-        elif isinstance(c, FenceAtMost):
-            check_int(c.fence, "fence", 0)
-    prepared: list[PreparedWrite] = []
-    set_ops: list[PreparedSetOp] = []
-    seen: set[str] = set()
-    outcome = False
-    for w in write_list:
-        if isinstance(w, SetAdd | SetRemove):
-            name = check_key(w.name, limits)
-            member = _check_name(w.member, "set member", limits.max_key_bytes)
-            set_ops.append(PreparedSetOp(name, member, isinstance(w, SetAdd)))
-            continue
-        if not isinstance(w, Put | Delete):
-            raise BadRequest(f"not a write: {w!r}")
-        key = check_key(w.key, limits)
-        if key in seen:
-            raise BadRequest(f"key {key!r} is written twice in one transact")
-        seen.add(key)
-        if isinstance(w, PutOutcome):
-            if outcome:
-                raise BadRequest("a transact holds at most one PutOutcome")
-            if not isinstance(w.value, dict) or OUTCOME_FIELD in w.value:
-                raise BadRequest(f"a PutOutcome value is an object without {OUTCOME_FIELD!r}")
-            outcome = True
-        if isinstance(w, Put):
-            text = encode_json(w.value, f"value of {key!r}", limits.max_value_bytes)
-            flag = isinstance(w, PutOutcome)
-            prepared.append(PreparedWrite(key, text, ttl_to_ms(w.ttl), flag))
-        else:
-            prepared.append(PreparedWrite(key, None))
-    events: list[PreparedAppend] = []
-    for a in append_list:
-        if not isinstance(a, Append):
-            raise BadRequest(f"not an append: {a!r}")
-        kind = _check_name(a.type, "event type", limits.max_event_type_bytes)
-        events.append(
-            PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes))
-        )
-    return Prepared(cmp_list, prepared, events, set_ops)
-
-
-def check_compares(
-    compares: Iterable[Compare], current: Callable[[str], tuple[int, JSON] | None]
-) -> None:
-    """Evaluate compares against ``current(key) -> (version, value) | None`` (``None``:
-    absent or expired). Raises ``StaleFence`` for the first stale fence, else
-    ``VersionConflict`` naming every failing key; returns when all hold.
-
-    Backends that evaluate compares in Python (memory, SQLite, PostgreSQL) call this
-    with the rows they have locked, so the rule is written once.
-    """
-    conflicts: dict[str, int | None] = {}
-    for c in compares:
-        found = current(c.key)
-        version = None if found is None else found[0]
-        if isinstance(c, FenceAtMost):
-            held = None if found is None else fence_of(found[1])
-            if held is None or held > c.fence:
-                raise StaleFence(c.key, c.fence, held)
-            continue
-        ok = (
-            (isinstance(c, VersionIs) and version == c.version)
-            or (isinstance(c, Absent) and version is None)
-            or (isinstance(c, Present) and version is not None)
-        )
-        if not ok:
-            conflicts[c.key] = version
-    if conflicts:
-        raise VersionConflict(conflicts)
-
-
-def with_outcome(value_json: str, versions: Mapping[str, int], seqs: Sequence[int]) -> str:
-    """The JSON text of a :class:`PutOutcome` value (``value_json``, an object) with the
-    transact's outcome added: the versions of its puts other than the outcome record's
-    own, and the sequence numbers of its appends."""
-    done = json.dumps({"versions": dict(versions), "seqs": list(seqs)}, ensure_ascii=False)
-    rest = "}" if value_json == "{}" else "," + value_json[1:]
-    return f'{{"{OUTCOME_FIELD}":{done}{rest}'
+from typing import Any, Self
+
+from agentrooms.errors import BadRequest
+from agentrooms.store.types import (
+    Append,
+    Compare,
+    Event,
+    Limits,
+    Prepared,
+    ScanPage,
+    Snapshot,
+    StoreInfo,
+    TransactResult,
+    Write,
+)
+from agentrooms.store.validation import (
+    check_int,
+    check_key,
+    check_limit,
+    check_room,
+    check_timeout,
+    prepare_transact,
+)
+
+# ------------------------------------------------------------ helpers for queued calls
 
 
 def settle(future: asyncio.Future[Any], outcome: object) -> None:
@@ -487,14 +73,6 @@ def seen(future: asyncio.Future[Any]) -> None:
     "exception was never retrieved" otherwise. Usable as a done callback."""
     if future.done() and not future.cancelled():
         future.exception()
-
-
-def decode_json(text: str | bytes) -> JSON:
-    return json.loads(text)
-
-
-def ms_to_s(ms: int | None) -> float | None:
-    return None if ms is None else ms / 1000.0
 
 
 # ---------------------------------------------------------------------------- contract

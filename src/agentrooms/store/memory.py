@@ -6,7 +6,7 @@ without awaiting in between, so each is atomic with respect to other coroutines.
 
 ``clock`` (seconds since the epoch) can be replaced, so expiry is testable without
 sleeping. An expired record is absent at once; a write to its room deletes it later (up
-to :data:`~agentrooms.store.base.PURGE_LIMIT` per write, oldest first), so that records
+to :data:`~agentrooms.store.types.PURGE_LIMIT` per write, oldest first), so that records
 written with a TTL do not accumulate, as on the other backends.
 """
 
@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
 from agentrooms.errors import CursorCompacted
-from agentrooms.store.base import (
+from agentrooms.store.base import Store
+from agentrooms.store.params import check_names
+from agentrooms.store.types import (
     JSON,
     PURGE_LIMIT,
     Event,
@@ -32,15 +34,10 @@ from agentrooms.store.base import (
     Record,
     ScanPage,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
-    check_compares,
-    decode_json,
-    ms_to_s,
-    with_outcome,
 )
-from agentrooms.store.params import check_names
+from agentrooms.store.validation import check_compares, decode_json, ms_to_s, with_outcome
 
 
 @dataclass(slots=True)

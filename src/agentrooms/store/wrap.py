@@ -12,15 +12,8 @@ the subclass overrides ``_watch`` or ``_read_log``: then it runs as ``watch`` th
 
 from __future__ import annotations
 
-from agentrooms.store.base import (
-    Event,
-    Prepared,
-    ScanPage,
-    Snapshot,
-    Store,
-    StoreInfo,
-    TransactResult,
-)
+from agentrooms.store.base import Store
+from agentrooms.store.types import Event, Prepared, ScanPage, Snapshot, StoreInfo, TransactResult
 
 __all__ = ["Forwarding"]
 

@@ -47,7 +47,7 @@ from agentrooms.reliability.properties.http import HttpPlan
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.rooms.plan import DONE, Lease
 from agentrooms.store import Store, open_store
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["FenceWork", "check_fences", "run_fences"]
 

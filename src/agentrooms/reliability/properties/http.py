@@ -27,7 +27,7 @@ import httpx2
 from agentrooms.errors import InvalidTransition, StaleFence
 from agentrooms.rooms import keys
 from agentrooms.rooms.plan import Lease
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["HttpEvents", "HttpPlan", "UnknownOutcome"]
 

@@ -57,7 +57,7 @@ from agentrooms.reliability.properties.common import (
 )
 from agentrooms.rooms import Rooms
 from agentrooms.store import open_store
-from agentrooms.store.base import JSON
+from agentrooms.store.types import JSON
 
 __all__ = ["OutboxWork", "Sink", "check_outbox", "run_outbox"]
 

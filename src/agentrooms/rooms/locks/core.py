@@ -39,7 +39,7 @@ from agentrooms.rooms.locks.records import (
     new_claim,
 )
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import (
+from agentrooms.store.types import (
     Absent,
     Append,
     Compare,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from agentrooms.rooms import keys
 from agentrooms.rooms.locks.knowledge import Knowledge
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.base import Record
+from agentrooms.store.types import Record
 
 LINE = 16  # waiters behind the new holder that a handoff event names, in order
 NAMED_READ = 2  # named waiters read at once while looking for the first still in line

@@ -35,7 +35,7 @@ from agentrooms.rooms.locks.records import (
     mark,
     new_claim,
 )
-from agentrooms.store.base import Delete, Event, Present, Put, Write
+from agentrooms.store.types import Delete, Event, Present, Put, Write
 
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
 EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks again

@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrooms.errors import BadRequest
 from agentrooms.rooms import keys
-from agentrooms.store.base import FenceAtMost, Put, Write
+from agentrooms.store.types import FenceAtMost, Put, Write
 
 DEFAULT_TTL = 30.0
 READ = 64  # records a grant may come with (``read=``)

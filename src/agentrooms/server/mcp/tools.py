@@ -48,7 +48,8 @@ from agentrooms.server.mcp.hints import (
     verbatim,
 )
 from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN
-from agentrooms.store.base import Event, Store
+from agentrooms.store.base import Store
+from agentrooms.store.types import Event
 
 __all__ = ["RoomTools", "TaskIn", "count_error"]
 

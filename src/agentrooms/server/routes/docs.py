@@ -27,7 +27,7 @@ from agentrooms.server.deps import Access, DocsRead, DocsWrite, IdempotencyKey, 
 from agentrooms.server.envelope import PreconditionRequired, error_response
 from agentrooms.server.models import DOC_PATTERN, DocList, DocOut, DocPut, Guard, dump
 from agentrooms.server.routes import COMMON, ETAG, errors
-from agentrooms.store.base import FenceAtMost
+from agentrooms.store.types import FenceAtMost
 
 router = APIRouter(prefix="/rooms/{room}/docs", tags=["docs"], responses=errors(*COMMON))
 

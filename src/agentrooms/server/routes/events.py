@@ -33,7 +33,7 @@ from agentrooms.server.models import (
     Posted,
 )
 from agentrooms.server.routes import COMMON, errors
-from agentrooms.store.base import Event
+from agentrooms.store.types import Event
 
 router = APIRouter(prefix="/rooms/{room}/events", tags=["events"], responses=errors(*COMMON))
 

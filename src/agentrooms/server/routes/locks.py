@@ -38,7 +38,7 @@ from agentrooms.server.models import (
     RequeueIn,
 )
 from agentrooms.server.routes import COMMON, errors
-from agentrooms.store.base import Record
+from agentrooms.store.types import Record
 
 router = APIRouter(prefix="/rooms/{room}/locks", tags=["locks"], responses=errors(*COMMON))
 

@@ -1,16 +1,17 @@
 """The PostgreSQL backend: ``postgresql://user@host:port/dbname?schema=agentrooms``.
 
 Every operation is one statement in one round trip (asyncpg, over the small pool of
-``pool.py``); the SQL lives in ``queries.sql`` and ``schema.sql``, where ``transact`` is
-a PL/pgSQL function that locks, compares and writes in one transaction at READ
-COMMITTED. A put guarded by its own version, the commonest transact, is one plain
-``UPDATE`` (``compare_and_set``).
+``pool.py``); the SQL lives in ``queries.sql``, ``migrations/`` and ``functions/``
+(see ``sql.py``), where ``transact`` is a PL/pgSQL function that locks, compares and
+writes in one transaction at READ COMMITTED. A put guarded by its own version, the
+commonest transact, is one plain ``UPDATE`` (``compare_and_set``).
 
 Transacts that append to a room's log are serialized by the room's append lock, held to
 commit, so a room's appends take turns at the write-ahead log flush. A store therefore
 keeps at most one appending transact per room in flight: the ones that arrive meanwhile
-queue and are sent together, as one batch in one statement (``transact()`` applies a
-batch one transact after the other, each all or nothing), when it returns. One agent
+queue and are sent together, as one batch in one statement (``batches.py``;
+``transact()`` applies a batch one transact after the other, each all or nothing), when
+it returns. One agent
 alone never waits for this; many agents of one process share the append lock's turns
 and the flushes. Measured in BENCHMARKS.md §3.
 
@@ -19,22 +20,10 @@ that order, so concurrent pickers get different members). ``watch`` is woken by
 LISTEN/NOTIFY over one extra connection per store (``listener.py``), opened on the first
 ``watch``. ``delete_room`` is one transaction, excluding transacts of the room with an
 advisory lock. The lock order that keeps all of these free of deadlocks is written once,
-above ``transact()`` in ``schema.sql``.
+above ``transact()`` in ``functions/transact.sql``.
 
-URL query parameters of our own, removed before the rest reaches asyncpg:
-
-* ``schema`` (default ``agentrooms``): the PostgreSQL schema holding the store, so that
-  several stores can share a database. Created and migrated by :meth:`open`.
-* ``pool_size`` (default 10): the most connections this store opens.
-* ``connect_timeout`` (seconds, default 10): opening one connection.
-* ``timeout`` (seconds, default 30): one call, waiting for a free connection and then
-  for its statement's reply (a call that must open a connection may also take
-  ``connect_timeout`` for that). A statement past it is cancelled on the server and the
-  call raises ``StoreUnavailable``; for a write, its outcome is unknown.
-
-The libpq parameters asyncpg reads (``sslmode``, ``passfile``, ...: :data:`DRIVER_PARAMETERS`)
-go to asyncpg; any other parameter is a ``BadRequest`` at open, naming it and the
-accepted ones (asyncpg would send it to the server as a setting, failing the connection).
+The URL's own query parameters (``schema``, ``pool_size``, ``connect_timeout``,
+``timeout``) and the session settings are in ``config.py``.
 
 Durability: a transact returns after its commit, which survives a crash when the server
 runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns
@@ -46,11 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -61,38 +47,28 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentrooms.store.base import (
-    Absent,
-    Compare,
+from agentrooms.store.base import Store, settle
+from agentrooms.store.postgres.batches import Waiting, batch_args, lone_outcome, next_batch
+from agentrooms.store.postgres.config import PostgresConfig, parse_url, redact, session_settings
+from agentrooms.store.postgres.listener import Listener
+from agentrooms.store.postgres.pool import ConnectionPool
+from agentrooms.store.postgres.sql import QUERIES, migrate
+from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Limits,
     Prepared,
-    PreparedSetOp,
     Record,
     ScanPage,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
     VersionIs,
-    decode_json,
-    settle,
 )
-from agentrooms.store.params import check_names, seconds
-from agentrooms.store.postgres.listener import Listener
-from agentrooms.store.postgres.pool import ConnectionPool
-from agentrooms.store.postgres.sql import QUERIES, migrate, quote_ident
+from agentrooms.store.validation import decode_json
 
-DEFAULT_SCHEMA = "agentrooms"
-DEFAULT_POOL_SIZE = 10
-DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds to open a connection
-DEFAULT_TIMEOUT = 30.0  # seconds a call may wait for a connection and its statement
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
 _RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
-BATCH = 64  # appending transacts of one room sent in one statement, at most
-BATCH_BYTES = 8 * 1024 * 1024  # and their encoded values and events, past the first one
 
 _UNAVAILABLE = (
     asyncpg.PostgresError,
@@ -126,79 +102,6 @@ def _driver_errors(what: str) -> Iterator[None]:
         raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
-DRIVER_PARAMETERS = (
-    "host",
-    "port",
-    "dbname",
-    "database",
-    "user",
-    "password",
-    "passfile",
-    "service",
-    "sslmode",
-    "sslcert",
-    "sslkey",
-    "sslrootcert",
-    "sslnegotiation",
-    "sslcrl",
-    "sslpassword",
-    "ssl_min_protocol_version",
-    "ssl_max_protocol_version",
-    "target_session_attrs",
-    "krbsrvname",
-    "gsslib",
-)
-"""The libpq connection parameters asyncpg reads from a URL (it would send any other to
-the server as a session setting, which fails the connection)."""
-
-PARAMETERS = ("schema", "pool_size", "connect_timeout", "timeout", *DRIVER_PARAMETERS)
-"""Every URL parameter a PostgreSQL store accepts; any other is a ``BadRequest``."""
-
-
-@dataclass(frozen=True, slots=True)
-class PostgresConfig:
-    dsn: str  # the URL for asyncpg, without our own parameters
-    schema: str = DEFAULT_SCHEMA
-    pool_size: int = DEFAULT_POOL_SIZE
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    timeout: float = DEFAULT_TIMEOUT
-
-
-def _parse_url(url: str) -> PostgresConfig:
-    """Our own query parameters, split off ``url``, and the DSN for asyncpg with the
-    rest; ``BadRequest`` for an unknown parameter or a bad value (before any IO)."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in params if k in PARAMETERS[:4]}
-    check_names("postgresql", (k for k, _ in params), PARAMETERS)
-    rest = [(k, v) for k, v in params if k not in own]
-    schema = own.get("schema", DEFAULT_SCHEMA)
-    if not _SCHEMA_NAME.match(schema):
-        raise BadRequest(f"schema {schema!r} must be a lowercase SQL identifier ([a-z0-9_])")
-    size = own.get("pool_size", str(DEFAULT_POOL_SIZE))
-    if not size.isdigit() or not 1 <= int(size) <= 1000:
-        raise BadRequest(f"pool_size {size!r} must be an integer from 1 to 1000")
-    dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    return PostgresConfig(
-        dsn,
-        schema,
-        int(size),
-        seconds(own, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-        seconds(own, "timeout", DEFAULT_TIMEOUT),
-    )
-
-
-def _redact(url: str) -> str:
-    """``url`` without its password (in the authority or as a query parameter)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = userinfo.split(":", 1)[0] + "@" + host
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, True) if k != "password"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 def _prefix_end(prefix: str) -> str | None:
     """The least string above every string starting with ``prefix`` in code point order,
     ``None`` when no bound is needed (the empty prefix, or one of only U+10FFFF)."""
@@ -219,131 +122,8 @@ def _matches_no_key(prefix: str) -> bool:
     return "\x00" in prefix
 
 
-def _compare_args(compares: list[Compare]) -> tuple[list[str], list[str], list[int | None]]:
-    """Compares as the parallel arrays ``transact()`` takes: keys, kinds, arguments."""
-    keys: list[str] = []
-    kinds: list[str] = []
-    args: list[int | None] = []
-    for c in compares:
-        keys.append(c.key)
-        if isinstance(c, VersionIs):
-            kinds.append("version")
-            args.append(c.version)
-        elif isinstance(c, FenceAtMost):
-            kinds.append("fence")
-            args.append(c.fence)
-        else:
-            kinds.append("absent" if isinstance(c, Absent) else "present")
-            args.append(None)
-    return keys, kinds, args
-
-
-def _set_args(set_ops: list[PreparedSetOp]) -> tuple[list[str], list[str], list[str]]:
-    """Set operations as the parallel arrays ``transact()`` takes: set names, members and
-    net effects, one per distinct (set, member), sorted (the lock order).
-
-    The net effect of a member's operations, applied in turn: ``remove`` if the last one
-    removes; ``add`` (insert if absent, keeping the pick order of a present member) if
-    they only add; ``reset`` (delete, then insert afresh) if an add follows a removal.
-    """
-    net: dict[tuple[str, str], str] = {}
-    for op in set_ops:
-        key = (op.name, op.member)
-        if not op.add:
-            net[key] = "remove"
-        elif net.get(key, "add") == "add":
-            net[key] = "add"
-        else:
-            net[key] = "reset"
-    ordered = sorted(net.items())
-    return [k[0] for k, _ in ordered], [k[1] for k, _ in ordered], [v for _, v in ordered]
-
-
 def _record(row: Any) -> Record:
     return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
-
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """An appending transact queued behind the one of its room in flight."""
-
-    ops: Prepared
-    future: asyncio.Future[TransactResult]
-
-
-def _next_batch(line: list[_Waiting]) -> list[_Waiting]:
-    """Take the next batch off the front of ``line``: queued transacts whose callers
-    still wait, at most ``BATCH`` of them and, past the first, ``BATCH_BYTES`` of
-    encoded values and events."""
-    batch: list[_Waiting] = []
-    size = 0
-    while line and len(batch) < BATCH:
-        w = line[0]
-        ops = w.ops
-        cost = sum(len(x.value_json or "") for x in ops.writes) + sum(
-            len(x.data_json) for x in ops.appends
-        )
-        if batch and size + cost > BATCH_BYTES:
-            break
-        del line[0]
-        if not w.future.done():
-            batch.append(w)
-            size += cost
-    return batch
-
-
-def _batch_args(batch: list[Prepared]) -> list[list[Any]]:
-    """A batch of transacts as the arrays ``transact()`` takes: for each kind of
-    operation, a bounds array (item i's are at offsets bounds[i] .. bounds[i + 1] - 1),
-    then its parallel arrays, the items' one after the other."""
-    cmp: list[list[Any]] = [[0], [], [], []]
-    put: list[list[Any]] = [[0], [], [], []]
-    dele: list[list[Any]] = [[0], []]
-    sets: list[list[Any]] = [[0], [], [], []]
-    app: list[list[Any]] = [[0], [], []]
-    for ops in batch:
-        keys, kinds, args = _compare_args(ops.compares)
-        cmp[1] += keys
-        cmp[2] += kinds
-        cmp[3] += args
-        for w in ops.writes:
-            if w.value_json is None:
-                dele[1].append(w.key)
-            else:
-                put[1].append(w.key)
-                put[2].append(w.value_json)
-                put[3].append(w.ttl_ms)
-        names, members, effects = _set_args(ops.set_ops)
-        sets[1] += names
-        sets[2] += members
-        sets[3] += effects
-        app[1] += [a.type for a in ops.appends]
-        app[2] += [a.data_json for a in ops.appends]
-        for arrays in (cmp, put, dele, sets, app):
-            arrays[0].append(len(arrays[1]))
-    return [*cmp, *put, *dele, *sets, *app]
-
-
-def _outcome(outcomes: list[TransactResult | VersionConflict | StaleFence]) -> TransactResult:
-    """A lone transact's result, or the compare failure it raises."""
-    [outcome] = outcomes
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
-
-
-def _session_settings(schema: str) -> dict[str, str]:
-    """Settings of every session the store opens. Our statements are written to plan
-    well for any argument, so they use generic plans (re-planning costs more than they
-    take to run) and never JIT; transact relies on READ COMMITTED, whatever the server's
-    default."""
-    return {
-        "search_path": quote_ident(schema),
-        "application_name": "agentrooms",
-        "default_transaction_isolation": "read committed",
-        "plan_cache_mode": "force_generic_plan",
-        "jit": "off",
-    }
 
 
 class PostgresStore(Store):
@@ -365,18 +145,18 @@ class PostgresStore(Store):
         self._pool = pool
         self._listener = listener
         # Rooms with an appending transact in flight -> the ones queued behind it.
-        self._lines: dict[str, list[_Waiting]] = {}
+        self._lines: dict[str, list[Waiting]] = {}
         self._flushers: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         """Connect, then create or migrate the schema (safe from many processes at once)."""
-        config = _parse_url(url)
+        config = parse_url(url)
         schema = config.schema
         connect = functools.partial(
             asyncpg.connect,
             config.dsn,
-            server_settings=_session_settings(schema),
+            server_settings=session_settings(schema),
             timeout=config.connect_timeout,
             command_timeout=config.timeout,  # every statement but the pool's own calls
         )
@@ -406,15 +186,15 @@ class PostgresStore(Store):
         if cas is not None:
             return cas
         if not ops.appends:
-            return _outcome(await self._transact_batch(room, [ops]))
+            return lone_outcome(await self._transact_batch(room, [ops]))
         line = self._lines.get(room)
         if line is not None:  # an appending transact of the room is in flight: queue
-            waiting = _Waiting(ops, asyncio.get_running_loop().create_future())
+            waiting = Waiting(ops, asyncio.get_running_loop().create_future())
             line.append(waiting)
             return await waiting.future
         self._lines[room] = []
         try:
-            return _outcome(await self._transact_batch(room, [ops]))
+            return lone_outcome(await self._transact_batch(room, [ops]))
         finally:
             self._send_line(room)
 
@@ -432,10 +212,10 @@ class PostgresStore(Store):
         """Send the room's queued appending transacts in batches, one batch in flight,
         until none is left."""
         line = self._lines[room]
-        batch: list[_Waiting] = []
+        batch: list[Waiting] = []
         try:
             while line:
-                batch = _next_batch(line)
+                batch = next_batch(line)
                 for w, outcome in zip(batch, await self._outcomes(room, batch), strict=True):
                     settle(w.future, outcome)
         except BaseException as exc:  # cancelled: the event loop is closing
@@ -445,7 +225,7 @@ class PostgresStore(Store):
         finally:
             del self._lines[room]
 
-    async def _outcomes(self, room: str, batch: list[_Waiting]) -> list[TransactResult | Exception]:
+    async def _outcomes(self, room: str, batch: list[Waiting]) -> list[TransactResult | Exception]:
         """Each queued transact's result or error, from one batch if it can be."""
         try:
             return list(await self._transact_batch(room, [w.ops for w in batch]))
@@ -468,7 +248,7 @@ class PostgresStore(Store):
     ) -> list[TransactResult | VersionConflict | StaleFence]:
         """Run independent transacts of ``room`` in one statement, in order, each all or
         nothing: each one's result, or the compare failure it raises."""
-        args = _batch_args(batch)
+        args = batch_args(batch)
         outcome_keys = [next((w.key for w in ops.writes if w.outcome), None) for ops in batch]
         if any(outcome_keys):
             [row] = await self._fetch("transact_recording", room, *args, outcome_keys)
@@ -638,7 +418,7 @@ class PostgresStore(Store):
             "clock": "the PostgreSQL server's clock",
             "listening": self._listener.listening,
         }
-        return StoreInfo(self.backend, _redact(self.url), durability, warnings, details)
+        return StoreInfo(self.backend, redact(self.url), durability, warnings, details)
 
     async def _close(self) -> None:
         with _driver_errors("close"):

@@ -1,10 +1,10 @@
 """The PostgreSQL backend's ``watch``: one LISTEN connection per store, shared by its waiters.
 
-``transact()`` (schema.sql) notifies the schema's channel with ``room:seq``, the room and
-its newest sequence number, when it appends; PostgreSQL delivers it at commit. The store
-keeps one dedicated connection, outside its pool and opened on the first ``watch``, that
-LISTENs to that channel and wakes the waiters of the room whose ``after`` the number
-passes.
+``transact()`` (functions/transact.sql) notifies the schema's channel with ``room:seq``,
+the room and its newest sequence number, when it appends; PostgreSQL delivers it at
+commit. The store keeps one dedicated connection, outside its pool and opened on the first
+``watch``, that LISTENs to that channel and wakes the waiters of the room whose ``after``
+the number passes.
 
 The protocol that makes a wake-up impossible to miss (``PostgresStore._watch``):
 

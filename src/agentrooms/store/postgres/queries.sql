@@ -21,6 +21,12 @@ SELECT coalesce(max(version), 0) FROM schema_migrations;
 -- Serialise changes to schema $1 by every opener, in every process, until commit.
 SELECT pg_advisory_xact_lock(hashtextextended('agentrooms.migrate:' || $1, 0));
 
+-- name: function_digests
+-- The functions of the store's schema, each with its comment (sql.py's DIGESTS).
+SELECT p.proname AS name, obj_description(p.oid, 'pg_proc') AS digest
+  FROM pg_proc AS p
+ WHERE p.pronamespace = to_regnamespace(quote_ident(current_schema()));
+
 -- name: record_migration
 -- Note migration $1 (named $2) as applied.
 INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
@@ -31,8 +37,7 @@ INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
 -- One primary-key lookup per key, whatever the room's size: the LIMIT keeps the lateral
 -- subquery from being flattened into a join that the generic plan (made once per
 -- connection, blind to how many records the room has) would run as a scan of the
--- room's whole key range; "r.key = ANY ($2)" was planned that way, and cost a read of
--- a 3000-task plan about 15 times a lookup's server CPU.
+-- room's whole key range ("r.key = ANY ($2)" was planned that way).
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
 SELECT extract(epoch FROM clock.ts)::float8 AS now,
        r.key, r.value, r.version,
@@ -49,14 +54,14 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 
 -- name: transact
 -- Apply a batch of independent transacts of one room, each all or nothing, in one
--- transaction: see transact() in schema.sql.
+-- transaction: see functions/transact.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18);
 
 -- name: transact_recording
 -- transact, for a batch some of whose items record their outcome ($19: per item, the
--- key of its outcome record or NULL): see transact_recording() in schema.sql.
+-- key of its outcome record or NULL): see functions/transact_recording.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
@@ -150,7 +155,8 @@ SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS ti
  ORDER BY e.seq;
 
 -- name: trim_log
--- Drop room $1's events before seq $2; returns the first readable seq (see schema.sql).
+-- Drop room $1's events before seq $2; returns the first readable seq
+-- (functions/trim_log.sql).
 SELECT trim_log($1, $2);
 
 -- name: last_seq
@@ -159,7 +165,7 @@ SELECT coalesce((SELECT seq FROM rooms WHERE room = $1), 0);
 
 -- name: set_pick
 -- Up to $3 members of set $2 of room $1, least recently picked first, marked picked: see
--- set_pick() in schema.sql. Each comes with its new pick number (their order).
+-- functions/set_pick.sql. Each comes with its new pick number (their order).
 SELECT member, pick FROM set_pick($1, $2, $3);
 
 -- name: set_size
@@ -167,7 +173,8 @@ SELECT member, pick FROM set_pick($1, $2, $3);
 SELECT count(*) FROM set_members WHERE room = $1 AND name = $2;
 
 -- name: delete_room
--- Delete every record, set member and event of room $1, keeping its counters (schema.sql).
+-- Delete every record, set member and event of room $1, keeping its counters
+-- (functions/delete_room.sql).
 SELECT delete_room($1);
 
 -- name: notify_channel

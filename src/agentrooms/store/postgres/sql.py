@@ -1,19 +1,30 @@
 """The PostgreSQL backend's SQL files, loaded once at import, and its schema migrations.
 
 * ``queries.sql``: named queries (``-- name: NAME`` then a one-line description).
-* ``schema.sql``: the full current schema, what a fresh store is created from.
-* ``migrations/NNNN_name.sql``: the same schema built step by step; an existing store
-  runs the ones it lacks. The ``schema_migrations`` table records what was applied.
+* ``migrations/NNNN_name.sql``: the tables, sequences and indexes, built step by step;
+  :func:`migrate` runs the ones a schema lacks, oldest first, and records each in the
+  ``schema_migrations`` table.
+* ``functions/NAME.sql``: one function each (``CREATE OR REPLACE FUNCTION NAME``), its
+  only definition. After the migrations, :func:`migrate` runs every file whose digest
+  differs from the one recorded as its function's comment (none recorded: a function
+  created otherwise), so changing a function is editing its file. A migration must drop a
+  function whose arguments or result change (``CREATE OR REPLACE`` cannot change them)
+  or that loses its file.
 
-To change the schema, add the next numbered migration and make the same change to
-``schema.sql``; ``tests/unit/test_postgres_schema.py`` fails until both agree.
+Migrations are squashed by replacing the oldest ones with one file that builds what they
+built and takes the number of the newest of them: a schema at that number is already
+there, one between the dropped ones is refused (it was built by migrations this code no
+longer has). Nothing is squashed past a released version.
 
-:func:`migrate` is safe to call from any number of processes at once: changes happen
-under a transaction-scoped advisory lock per schema.
+:func:`migrate` is safe to call from any number of processes at once: it runs in one
+transaction under an advisory lock per schema.
+
+Why it is built this way: ``docs/schema.md``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +36,7 @@ from agentrooms.errors import StoreUnavailable
 _PACKAGE = resources.files(__package__ or "agentrooms.store.postgres")
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+_FUNCTION = re.compile(r"^CREATE OR REPLACE FUNCTION (\w+)\(", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,21 +68,42 @@ def parse_queries(text: str) -> dict[str, Query]:
 
 
 def load_migrations() -> list[Migration]:
-    """The numbered migrations, oldest first."""
+    """The numbered migrations, oldest first, numbered without gaps from the first."""
     found = []
     for entry in _PACKAGE.joinpath("migrations").iterdir():
         match = _MIGRATION.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
     found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise ValueError(f"migrations must be numbered 1..n without gaps: {found}")
+    versions = [m.version for m in found]
+    if not versions or versions != list(range(versions[0], versions[0] + len(found))):
+        raise ValueError(f"migrations must be numbered without gaps: {versions}")
     return found
 
 
+def load_functions() -> dict[str, str]:
+    """Function name -> the ``functions/NAME.sql`` that defines it, in name order; each
+    file must create exactly the function it is named after."""
+    found = {}
+    for entry in _PACKAGE.joinpath("functions").iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        sql = entry.read_text("utf-8")
+        if _FUNCTION.findall(sql) != [entry.name.removesuffix(".sql")]:
+            raise ValueError(f"functions/{entry.name} must create exactly that function")
+        found[entry.name.removesuffix(".sql")] = sql
+    return dict(sorted(found.items()))
+
+
 QUERIES = parse_queries(_PACKAGE.joinpath("queries.sql").read_text("utf-8"))
-SCHEMA = _PACKAGE.joinpath("schema.sql").read_text("utf-8")
 MIGRATIONS = load_migrations()
+FUNCTIONS = load_functions()
+# Function name -> the comment that records which file text created it.
+DIGESTS = {
+    name: f"agentrooms functions/{name}.sql sha256:{hashlib.sha256(sql.encode()).hexdigest()}"
+    for name, sql in FUNCTIONS.items()
+}
+FIRST = MIGRATIONS[0].version
 LATEST = MIGRATIONS[-1].version
 
 
@@ -87,17 +120,24 @@ async def schema_version(conn: asyncpg.Connection) -> int:
     return version
 
 
-async def migrate(conn: asyncpg.Connection, schema: str, *, stepwise: bool = False) -> int:
-    """Create or upgrade ``schema`` (which must be the connection's search_path) to the
-    latest version and return the version it was at.
+async def _outdated_functions(conn: asyncpg.Connection) -> list[str]:
+    """The functions of the connection's schema not created from their file as it is."""
+    rows = await conn.fetch(QUERIES["function_digests"].sql)
+    found = {row["name"]: row["digest"] for row in rows}
+    return [name for name, digest in DIGESTS.items() if found.get(name) != digest]
 
-    A fresh schema is created from ``schema.sql`` unless ``stepwise`` (tests use it to
-    prove that the migrations build the same schema); an existing one runs the
-    migrations it lacks. Raises ``StoreUnavailable`` if the schema is newer than this
-    code knows.
+
+async def migrate(conn: asyncpg.Connection, schema: str) -> int:
+    """Create or upgrade ``schema`` (which must be the connection's search_path) to the
+    latest version with every function as its file defines it; return the version it
+    was at.
+
+    All of it, or nothing, in one transaction; nothing when there is nothing to do.
+    Raises ``StoreUnavailable`` if the schema is newer than this code knows, or at a
+    version between those a squash replaced.
     """
     found = await schema_version(conn)
-    if found == LATEST:
+    if found == LATEST and not await _outdated_functions(conn):
         return found
     async with conn.transaction():
         await conn.execute(QUERIES["lock_migrations"].sql, schema)
@@ -110,12 +150,19 @@ async def migrate(conn: asyncpg.Connection, schema: str, *, stepwise: bool = Fal
                 f"schema {schema!r} is at version {found}, newer than this agentrooms "
                 f"knows ({LATEST}): upgrade agentrooms"
             )
-        pending = [m for m in MIGRATIONS if m.version > found]
-        if found == 0 and not stepwise:
-            await conn.execute(SCHEMA)
-        else:
-            for migration in pending:
+        if 0 < found < FIRST:
+            raise StoreUnavailable(
+                f"schema {schema!r} is at version {found}, from migrations since squashed "
+                f"into version {FIRST}: drop the schema to recreate it"
+            )
+        for migration in MIGRATIONS:
+            if migration.version > found:
                 await conn.execute(migration.sql)
-        for migration in pending:
-            await conn.execute(QUERIES["record_migration"].sql, migration.version, migration.name)
+                await conn.execute(
+                    QUERIES["record_migration"].sql, migration.version, migration.name
+                )
+        for name in await _outdated_functions(conn):
+            await conn.execute(FUNCTIONS[name])
+            # A name and a hex digest: nothing to quote.
+            await conn.execute(f"COMMENT ON FUNCTION {name} IS '{DIGESTS[name]}'")
     return found

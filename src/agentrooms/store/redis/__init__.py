@@ -1,2 +1,4 @@
 """The Redis backend (``redis://`` and ``rediss://``): :mod:`.backend` holds the store,
-:mod:`.keys` the key layout, and one ``.lua`` file per operation the server-side code."""
+:mod:`.scripts` the scripts' arguments and replies, :mod:`.keys` the key layout,
+:mod:`.config` the URL parameters, and one ``.lua`` file per operation the server-side
+code."""

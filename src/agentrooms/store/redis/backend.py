@@ -15,7 +15,7 @@ are loaded when the store is opened; if the server forgets them (restart, failov
 FLUSH) the next call loads its script again and retries, once.
 
 Time is the server's: each script reads ``TIME`` and judges expiry by it. The fencing
-token of a value is computed here with :func:`~agentrooms.store.base.fence_of` when it is
+token of a value is computed here with :func:`~agentrooms.store.types.fence_of` when it is
 written and stored beside the value, so a fence compare is exact for any integer and the
 script never decodes JSON.
 
@@ -46,25 +46,19 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   plus ``timeout``.
 
 URL parameters: ``prefix``, ``timeout``, ``connect_timeout`` and the redis-py ones
-agentrooms' connections apply (:data:`PARAMETERS`); any other is a ``BadRequest`` at open,
-naming it and the accepted ones.
+agentrooms' connections apply (:data:`~agentrooms.store.redis.config.PARAMETERS`); any
+other is a ``BadRequest`` at open, naming it and the accepted ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
-import json
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from importlib import resources
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.connection import SSLConnection, parse_url
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -72,234 +66,28 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from agentrooms.errors import (
     BadRequest,
     CursorCompacted,
-    StaleFence,
     StoreUnavailable,
-    VersionConflict,
 )
-from agentrooms.store.base import (
-    Absent,
-    Compare,
+from agentrooms.store.base import Store, seen
+from agentrooms.store.redis import scripts
+from agentrooms.store.redis.config import timeouts
+from agentrooms.store.redis.durability import judge
+from agentrooms.store.redis.keys import redact_url, room_keys, split_url
+from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
+from agentrooms.store.types import (
     Event,
-    FenceAtMost,
     Limits,
     Prepared,
-    PreparedWrite,
-    Record,
     ScanPage,
     Snapshot,
-    Store,
     StoreInfo,
     TransactResult,
-    VersionIs,
-    fence_of,
-    seen,
 )
-from agentrooms.store.params import check_names, seconds
-from agentrooms.store.redis.durability import judge
-from agentrooms.store.redis.keys import RoomKeys, redact_url, room_keys, split_url
-from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
-
-DEFAULT_TIMEOUT = 5.0
-"""Seconds a reply may take (and a dial, unless the URL says otherwise), unless the URL
-gives ``timeout`` (or ``socket_timeout``)."""
-
-SSL_PARAMETERS = tuple(
-    name for name in inspect.signature(SSLConnection.__init__).parameters if name.startswith("ssl_")
-)
-
-MAX_SEQ = 2**53
-"""No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
-``before`` arguments are clamped to it, which changes no answer."""
 
 T = TypeVar("T")
 
 
-class _Script:
-    """One ``.lua`` file of this package: its text and SHA1, read once per process."""
-
-    __slots__ = ("name", "sha", "text")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
-        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
-
-
-_TRANSACT = _Script("transact")
-_READ = _Script("read")
-_SCAN = _Script("scan")
-_READ_LOG = _Script("read_log")
-_TRIM_LOG = _Script("trim_log")
-_SET_PICK = _Script("set_pick")
-_DELETE_ROOM = _Script("delete_room")
-SCRIPTS = (_TRANSACT, _READ, _SCAN, _READ_LOG, _TRIM_LOG, _SET_PICK, _DELETE_ROOM)
-
-
-# ------------------------------------------------------------- arguments and replies
-
-
-def compare_arg(c: Compare) -> str:
-    """One compare as ``transact.lua`` takes it."""
-    if isinstance(c, VersionIs):
-        return f"v{c.version}"
-    if isinstance(c, FenceAtMost):
-        return f"f{c.fence}"
-    return "a" if isinstance(c, Absent) else "p"
-
-
-def put_options(w: PreparedWrite) -> str:
-    """A put's options as ``transact.lua`` takes them: ``t<ttl ms>``, ``f<fence>`` and
-    ``o`` (a :class:`~agentrooms.store.base.PutOutcome`).
-
-    The fence is decoded only from a top-level object with a ``"fence":`` member; for
-    any other value this is a substring test.
-    """
-    assert w.value_json is not None
-    text = w.value_json
-    fence = 0
-    if text.startswith("{") and '"fence":' in text:
-        fence = fence_of(json.loads(text))
-    options = [f"t{w.ttl_ms}"] if w.ttl_ms is not None else []
-    if fence:
-        options.append(f"f{fence}")
-    if w.outcome:
-        options.append("o")
-    return " ".join(options)
-
-
-def set_op_arg(add: bool, member: str) -> str:
-    """One set op as ``transact.lua`` takes it: ``+member`` (add) or ``-member`` (remove)."""
-    return ("+" if add else "-") + member
-
-
-def watch_command(keys: RoomKeys, after: int, block_ms: int) -> list[bytes]:
-    """What a waiting ``watch`` sends, pipelined: ``XREAD COUNT 1 BLOCK <ms> STREAMS <log>
-    <after>-0`` (returns once the log has an entry above ``after``, or after ``block_ms``)
-    then ``HGET <meta> seq``, which the server runs only when the XREAD has returned, so
-    its reply is the newest sequence number at wake-up (the meta hash is the truth: the
-    log may have been trimmed or deleted). ``after`` is clamped to :data:`MAX_SEQ`."""
-    assert block_ms > 0  # BLOCK 0 would wait forever
-    return [
-        *pack_command(
-            "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.log, f"{min(after, MAX_SEQ)}-0"
-        ),
-        *pack_command("HGET", keys.meta, "seq"),
-    ]
-
-
-def follow_command(keys: RoomKeys, after: int, limit: int, block_ms: int) -> list[bytes]:
-    """What ``follow_log`` sends, pipelined: ``XREAD COUNT <limit> BLOCK <ms> STREAMS
-    <log> <after>-0`` (the entries above ``after`` as soon as there is one, or nothing
-    after ``block_ms``), then ``HMGET <meta> seq low``, run once the XREAD has returned."""
-    assert block_ms > 0  # BLOCK 0 would wait forever
-    return [
-        *pack_command(
-            "XREAD",
-            "COUNT",
-            limit,
-            "BLOCK",
-            block_ms,
-            "STREAMS",
-            keys.log,
-            f"{min(after, MAX_SEQ)}-0",
-        ),
-        *pack_command("HMGET", keys.meta, "seq", "low"),
-    ]
-
-
-def _stream_entries(reply: Any) -> list[Any]:
-    """The entries of the one stream an XREAD asked for (RESP2: [[name, entries]];
-    RESP3: {name: entries}); [] when it timed out (None)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return list(next(iter(reply.values())))
-    return list(reply[0][1])
-
-
-def _event(eid: bytes, fields: list[bytes]) -> Event:
-    """A log entry as transact.lua writes it: ID ``<seq>-0``, fields ('t', type, 'd',
-    data JSON, 'ms', time in ms)."""
-    return Event(
-        int(eid[: eid.index(b"-")]),
-        fields[1].decode(),
-        json.loads(fields[3]),
-        int(fields[5]) / 1000.0,
-    )
-
-
-def block_ms(seconds: float) -> int:
-    """A positive timeout in seconds as a BLOCK argument: whole milliseconds, rounded up
-    (never 0, which means "forever" to Redis)."""
-    return max(1, math.ceil(seconds * 1000))
-
-
-def _record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
-    expires_at = None if expires is None else int(expires) / 1000.0
-    return Record(key, json.loads(value), int(version), expires_at)
-
-
-def _failure(compares: list[Compare], reply: list[Any]) -> Exception:
-    """The error a failed ``transact.lua`` reply stands for."""
-    if reply[0] == 1:
-        c = compares[reply[1] - 1]
-        assert isinstance(c, FenceAtMost)
-        return StaleFence(c.key, c.fence, None if reply[2] is None else int(reply[2]))
-    return VersionConflict(
-        {
-            compares[reply[i] - 1].key: None if reply[i + 1] is None else int(reply[i + 1])
-            for i in range(1, len(reply), 2)
-        }
-    )
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 # ------------------------------------------------------------------------- the store
-
-
-PARAMETERS = (
-    "prefix",
-    "timeout",
-    "connect_timeout",
-    "socket_timeout",
-    "socket_connect_timeout",
-    "db",
-    "username",
-    "password",
-    "client_name",
-    "max_connections",
-    *SSL_PARAMETERS,
-)
-"""The URL parameters a Redis store accepts (any other is a ``BadRequest`` at open):
-ours, then redis-py's that agentrooms' connections apply (``ssl_*`` on ``rediss://``)."""
-
-
-def _timeouts(url: str) -> tuple[str, float, float]:
-    """Check the URL's parameter names and take its timeouts off it: (the URL for
-    redis-py, seconds a reply may take, seconds a dial may take). ``timeout`` and
-    ``connect_timeout`` are also accepted as redis-py's ``socket_timeout`` and
-    ``socket_connect_timeout``; the connect timeout defaults to the reply timeout."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    given = dict(params)
-    check_names("redis", given, PARAMETERS)
-    found: list[float | None] = []
-    for ours, theirs in (
-        ("timeout", "socket_timeout"),
-        ("connect_timeout", "socket_connect_timeout"),
-    ):
-        if ours in given and theirs in given:
-            raise BadRequest(f"give {ours} or {theirs} in a Redis URL, not both")
-        name = ours if ours in given else theirs
-        found.append(seconds(given, name, DEFAULT_TIMEOUT) if name in given else None)
-    timeout = DEFAULT_TIMEOUT if found[0] is None else found[0]
-    connect = timeout if found[1] is None else found[1]
-    taken = {"timeout", "socket_timeout", "connect_timeout", "socket_connect_timeout"}
-    rest = urlencode([(k, v) for k, v in params if k not in taken])
-    return urlunsplit(parts._replace(query=rest)), timeout, connect
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
@@ -313,7 +101,7 @@ class RedisStore(Store):
     def __init__(self, url: str, limits: Limits | None = None) -> None:
         super().__init__(url, limits)
         driver_url, self.prefix = split_url(url)
-        driver_url, self.timeout, self.connect_timeout = _timeouts(driver_url)
+        driver_url, self.timeout, self.connect_timeout = timeouts(driver_url)
         try:
             options: dict[str, Any] = dict(parse_url(driver_url))
         except ValueError as exc:
@@ -362,13 +150,13 @@ class RedisStore(Store):
         """SCRIPT LOAD every script, pipelined (the first call dials the wire: a wrong
         address or password fails the store's ``open``)."""
         shas = await asyncio.gather(
-            *(self._command("SCRIPT", "LOAD", script.text) for script in SCRIPTS)
+            *(self._command("SCRIPT", "LOAD", script.text) for script in scripts.SCRIPTS)
         )
-        for script, sha in zip(SCRIPTS, shas, strict=True):
-            if _text(sha) != script.sha:
+        for script, sha in zip(scripts.SCRIPTS, shas, strict=True):
+            if scripts.text(sha) != script.sha:
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
-    async def _run(self, script: _Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+    async def _run(self, script: scripts.Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
         command = pack_evalsha(script.sha, keys, args)
         try:
@@ -430,12 +218,12 @@ class RedisStore(Store):
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         base = room_keys(self.prefix, room).record
-        reply = await self._run(_READ, [base + k for k in keys], ())
+        reply = await self._run(scripts.READ, [base + k for k in keys], ())
         found = {}
         for i, key in enumerate(keys, 1):
             version = reply[3 * i - 2]
             if version is not None:
-                found[key] = _record(key, version, reply[3 * i - 1], reply[3 * i])
+                found[key] = scripts.record(key, version, reply[3 * i - 1], reply[3 * i])
         return Snapshot(found, reply[0] / 1000.0)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
@@ -445,7 +233,7 @@ class RedisStore(Store):
         args: list[Arg] = [len(compares), len(set_ops)]
         for c in compares:
             keys.append(base + c.key)
-            args.append(compare_arg(c))
+            args.append(scripts.compare_arg(c))
         puts = []
         for w in ops.writes:
             keys.append(base + w.key)
@@ -453,18 +241,18 @@ class RedisStore(Store):
                 args += (w.key, "", "")
             else:
                 puts.append(w.key)
-                args += (w.key, w.value_json, put_options(w))
+                args += (w.key, w.value_json, scripts.put_options(w))
         if set_ops:
             for op in set_ops:
                 keys.append(set_base + op.name)
-                args.append(set_op_arg(op.add, op.member))
+                args.append(scripts.set_op_arg(op.add, op.member))
             keys.append(registry)
         appends = ops.appends
         for a in appends:
             args += (a.type, a.data_json)
-        reply = await self._run(_TRANSACT, keys, args)
+        reply = await self._run(scripts.TRANSACT, keys, args)
         if reply[0] != 0:
-            raise _failure(compares, reply)
+            raise scripts.failure(compares, reply)
         first_version = reply[2] - len(puts) + 1
         last_seq = reply[3]
         return TransactResult(
@@ -479,9 +267,9 @@ class RedisStore(Store):
         if after is not None and after >= prefix:
             low = b"(" + after.encode()
         high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
-        reply = await self._run(_SCAN, [keys.scan], [keys.record, low, high, limit])
+        reply = await self._run(scripts.SCAN, [keys.scan], [keys.record, low, high, limit])
         records = [
-            _record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
+            scripts.record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
             for i in range(2, len(reply), 4)
         ]
         next_after = None if reply[1] is None else reply[1].decode()
@@ -489,15 +277,17 @@ class RedisStore(Store):
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         keys = room_keys(self.prefix, room)
-        args = [min(after, MAX_SEQ), limit]
-        status, body = await self._run(_READ_LOG, [keys.meta, keys.log], args)
+        args = [min(after, scripts.MAX_SEQ), limit]
+        status, body = await self._run(scripts.READ_LOG, [keys.meta, keys.log], args)
         if status == 0:
             raise CursorCompacted(room, after, body)
-        return [_event(eid, fields) for eid, fields in body]
+        return [scripts.event(eid, fields) for eid, fields in body]
 
     async def _trim_log(self, room: str, before: int) -> int:
         keys = room_keys(self.prefix, room)
-        low: int = await self._run(_TRIM_LOG, [keys.meta, keys.log], [min(before, MAX_SEQ)])
+        low: int = await self._run(
+            scripts.TRIM_LOG, [keys.meta, keys.log], [min(before, scripts.MAX_SEQ)]
+        )
         return low
 
     async def _last_seq(self, room: str) -> int:
@@ -506,7 +296,7 @@ class RedisStore(Store):
 
     async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
         keys = room_keys(self.prefix, room)
-        picked = await self._run(_SET_PICK, [keys.meta, keys.set + name], [count])
+        picked = await self._run(scripts.SET_PICK, [keys.meta, keys.set + name], [count])
         return [member.decode() for member in picked]
 
     async def _set_size(self, room: str, name: str) -> int:
@@ -515,7 +305,8 @@ class RedisStore(Store):
 
     async def _watch(self, room: str, after: int, timeout: float) -> int:
         """One HGET; if the log is not yet past ``after``, a blocking read on a watch
-        connection (:func:`watch_command`) until an append or the timeout.
+        connection (:func:`~agentrooms.store.redis.scripts.watch_command`) until an append
+        or the timeout.
 
         The HGET first matters: after ``delete_room`` the log may hold no entry above
         ``after`` although the sequence is past it (``trim_log`` always keeps the newest
@@ -534,15 +325,16 @@ class RedisStore(Store):
         if seq > after or timeout <= 0:
             return seq
         keys = room_keys(self.prefix, room)
-        replies = await self._blocking(partial(watch_command, keys, after), timeout, 2)
+        replies = await self._blocking(partial(scripts.watch_command, keys, after), timeout, 2)
         if replies is None:  # no watch connection came free, or no time left
             return await self._last_seq(room)
         return 0 if replies[1] is None else int(replies[1])
 
     async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
-        """One round trip (:func:`follow_command`): the blocking read returns the new
-        entries themselves, and the meta hash, read when it has returned, says whether
-        any entry after ``after`` was trimmed (``CursorCompacted``, as ``read_log``).
+        """One round trip (:func:`~agentrooms.store.redis.scripts.follow_command`): the
+        blocking read returns the new entries themselves, and the meta hash, read when it
+        has returned, says whether any entry after ``after`` was trimmed
+        (``CursorCompacted``, as ``read_log``).
 
         If the sequence is past ``after`` but the stream holds nothing above it (a
         ``delete_room`` removed the entries), the read waits out ``timeout`` and the
@@ -550,16 +342,18 @@ class RedisStore(Store):
         if timeout <= 0:
             return await super()._follow_log(room, after, timeout, limit)
         keys = room_keys(self.prefix, room)
-        replies = await self._blocking(partial(follow_command, keys, after, limit), timeout, 2)
+        replies = await self._blocking(
+            partial(scripts.follow_command, keys, after, limit), timeout, 2
+        )
         if replies is None:
             return await self._read_log(room, after, limit)
         found, (seq, low) = replies
         if after + 1 < (1 if low is None else int(low)):
             raise CursorCompacted(room, after, int(low))
-        entries = _stream_entries(found)
+        entries = scripts.stream_entries(found)
         if not entries and seq is not None and int(seq) > after:
             return await self._read_log(room, after, limit)  # says why, or reads them
-        return [_event(eid, fields) for eid, fields in entries]
+        return [scripts.event(eid, fields) for eid, fields in entries]
 
     async def _blocking(
         self, command: Callable[[int], list[bytes]], timeout: float, replies: int
@@ -582,7 +376,7 @@ class RedisStore(Store):
             if left <= 0:
                 return None
             async with asyncio.timeout(left + self.timeout):
-                return await self._block(command(block_ms(left)), replies)
+                return await self._block(command(scripts.block_ms(left)), replies)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -619,7 +413,9 @@ class RedisStore(Store):
 
     async def _delete_room(self, room: str) -> None:
         keys = room_keys(self.prefix, room)
-        await self._run(_DELETE_ROOM, [keys.meta, keys.scan, keys.log, keys.sets], [keys.record])
+        await self._run(
+            scripts.DELETE_ROOM, [keys.meta, keys.scan, keys.log, keys.sets], [keys.record]
+        )
 
     async def _info(self) -> StoreInfo:
         config, version = await self._call(self._settings)
@@ -645,14 +441,14 @@ class RedisStore(Store):
         try:
             for pattern in ("append*", "save", "maxmemory-policy"):
                 got = await self._redis.config_get(pattern)
-                config.update({_text(k): _text(v) for k, v in got.items()})
+                config.update({scripts.text(k): scripts.text(v) for k, v in got.items()})
         except ResponseError:  # CONFIG renamed or disabled, as managed services do
             config.clear()
             persistence = await self._redis.info("persistence")
-            config["aof_enabled"] = _text(persistence.get("aof_enabled", ""))
+            config["aof_enabled"] = scripts.text(persistence.get("aof_enabled", ""))
         server = await self._redis.info("server")
         version = server.get("redis_version")
-        return config, None if version is None else _text(version)
+        return config, None if version is None else scripts.text(version)
 
     async def _close(self) -> None:
         self._closed = True

@@ -4,5 +4,5 @@
 that owns the connection; ``engine.py`` its transactions, retries and error seam;
 ``operations.py`` the primitives over ``queries.sql``; ``watchers.py`` the coroutines
 waiting in ``watch`` and how the thread wakes them; ``sql.py`` loads the SQL and applies
-``migrations/``; ``schema.sql`` is the current schema.
+``migrations/``, which hold the schema.
 """

@@ -35,16 +35,7 @@ from collections.abc import Callable, Hashable
 from typing import Self, TypeVar, cast
 
 from agentrooms.errors import StoreUnavailable
-from agentrooms.store.base import (
-    Event,
-    Limits,
-    Prepared,
-    ScanPage,
-    Snapshot,
-    Store,
-    StoreInfo,
-    TransactResult,
-)
+from agentrooms.store.base import Store
 from agentrooms.store.sqlite.clock import ClockCheck, describe
 from agentrooms.store.sqlite.config import SqliteConfig, parse_url
 from agentrooms.store.sqlite.engine import Engine
@@ -52,6 +43,15 @@ from agentrooms.store.sqlite.operations import Operations
 from agentrooms.store.sqlite.pool import POOL
 from agentrooms.store.sqlite.watchers import Waiter
 from agentrooms.store.sqlite.worker import Worker
+from agentrooms.store.types import (
+    Event,
+    Limits,
+    Prepared,
+    ScanPage,
+    Snapshot,
+    StoreInfo,
+    TransactResult,
+)
 
 T = TypeVar("T")
 _ids = itertools.count(1)

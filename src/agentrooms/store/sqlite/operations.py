@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrooms.errors import CursorCompacted
-from agentrooms.store.base import (
+from agentrooms.store.sqlite.sql import QUERIES
+from agentrooms.store.types import (
     JSON,
     PURGE_LIMIT,
     Compare,
@@ -35,12 +36,8 @@ from agentrooms.store.base import (
     ScanPage,
     Snapshot,
     TransactResult,
-    check_compares,
-    decode_json,
-    ms_to_s,
-    with_outcome,
 )
-from agentrooms.store.sqlite.sql import QUERIES
+from agentrooms.store.validation import check_compares, decode_json, ms_to_s, with_outcome
 
 _PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "user_version")
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}

@@ -2,9 +2,16 @@
 
 * ``queries.sql``: every statement the backend runs, as named queries (``-- name: x``
   header, a one-line description, one statement). :data:`QUERIES` maps name to SQL.
-* ``migrations/NNNN_*.sql``: the schema history. :func:`migrate` applies the ones a
-  database lacks under ``BEGIN IMMEDIATE`` and records the last in ``PRAGMA user_version``.
-* ``schema.sql``: the schema the migrations produce (read by the tests, not at run time).
+* ``migrations/NNNN_*.sql``: the schema, built step by step. :func:`migrate` applies the
+  ones a database lacks under ``BEGIN IMMEDIATE`` and records the last in
+  ``PRAGMA user_version``.
+
+Migrations are squashed by replacing the oldest ones with one file that builds what they
+built and takes the number of the newest of them: a database at that number is already
+there, one between the dropped ones is refused (it was built by migrations this code no
+longer has). Nothing is squashed past a released version.
+
+Why it is built this way: ``docs/schema.md``.
 """
 
 from __future__ import annotations
@@ -75,21 +82,24 @@ def _strip_comments(sql: str) -> str:
 
 
 def load_migrations() -> list[tuple[int, str]]:
-    """``(number, script)`` of every migration, in order, numbered 1, 2, 3... gaplessly."""
+    """``(number, script)`` of every migration, in order, numbered without gaps from the
+    first."""
     found = []
     for entry in files(_PACKAGE).joinpath("migrations").iterdir():
         match = _MIGRATION.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
     found.sort()
-    if [n for n, _ in found] != list(range(1, len(found) + 1)):
-        raise ValueError(f"migrations must be numbered 1..n: {[n for n, _ in found]}")
+    numbers = [n for n, _ in found]
+    if not numbers or numbers != list(range(numbers[0], numbers[0] + len(found))):
+        raise ValueError(f"migrations must be numbered without gaps: {numbers}")
     return found
 
 
 QUERIES: dict[str, str] = {q.name: q.sql for q in parse_queries(read_text("queries.sql")).values()}
 MIGRATIONS: list[tuple[int, str]] = load_migrations()
-SCHEMA_VERSION = len(MIGRATIONS)
+FIRST = MIGRATIONS[0][0]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -97,15 +107,16 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return version
 
 
-def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, str]] = MIGRATIONS) -> int:
+def migrate(conn: sqlite3.Connection) -> int:
     """Bring the database up to the last migration; returns the schema version.
 
     Runs under ``BEGIN IMMEDIATE`` and re-reads ``user_version`` inside it, so of several
     processes opening a fresh file at once exactly one applies each migration (the others
     wait on the lock, or get ``SQLITE_BUSY`` for the caller to retry, then find nothing to
-    do). A database newer than this code raises ``StoreUnavailable``.
+    do). A database newer than this code, or at a version between those a squash
+    replaced, raises ``StoreUnavailable``.
     """
-    latest = len(migrations)
+    latest = SCHEMA_VERSION
     if schema_version(conn) == latest:
         return latest
     conn.execute("BEGIN IMMEDIATE")
@@ -116,7 +127,14 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, str]] = MIGRAT
                 f"the database has schema version {current}, newer than the {latest} this "
                 "agentrooms knows: upgrade agentrooms"
             )
-        for number, script in migrations[current:]:
+        if 0 < current < FIRST:
+            raise StoreUnavailable(
+                f"the database has schema version {current}, from migrations since squashed "
+                f"into version {FIRST}: delete the file to recreate it"
+            )
+        for number, script in MIGRATIONS:
+            if number <= current:
+                continue
             for statement in split_statements(script):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number:d}")

@@ -1,15 +1,10 @@
--- 0006: a command's recorded outcome holds what the store assigned. transact_recording()
--- applies a batch as transact() does and then adds, to each applied item's outcome record,
--- the versions and sequence numbers the item was given, in the same transaction, so that a
--- replayed command answers with them.
-
 -- transact_recording: transact() for a batch some of whose items record their outcome (a
 -- PutOutcome): p_outcome_keys holds, per item, the key of its outcome record, or NULL.
 -- Once transact() has applied the batch, each applied item's outcome record gets the field
 -- "outcome" added to its JSON object, in the same transaction: {"versions": {key: version}
 -- of the item's other puts, "seqs": [...] of its appends}, as the caller is told them.
 -- Its own version stays the one transact() gave it.
-CREATE FUNCTION transact_recording(
+CREATE OR REPLACE FUNCTION transact_recording(
     p_room         text,
     p_cmp_bounds   integer[],
     p_cmp_keys     text[],

@@ -1,6 +1,9 @@
--- The current agentrooms SQLite schema: what every migration in migrations/, applied in
--- order, produces (tests/unit/test_sqlite_sql.py checks it). PRAGMA user_version holds
--- the number of the last migration applied.
+-- Migration 0002: the agentrooms SQLite schema.
+--
+-- The first migration: it takes the number of the newest one it replaces, as every
+-- squash does (sql.py), so a database built by the migrations before it is already here.
+-- Applied by agentrooms.store.sqlite.sql.migrate inside BEGIN IMMEDIATE, which then sets
+-- PRAGMA user_version = 2. Statements only: no BEGIN/COMMIT here.
 --
 -- records   One row per record of a room. value is the JSON text exactly as the client
 --           gave it; version comes from revision.last; expires_ms is store-clock

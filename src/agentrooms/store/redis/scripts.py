@@ -1,0 +1,173 @@
+"""The Redis backend's Lua scripts, the arguments they take and the replies they give.
+
+Each script's KEYS, ARGV and reply are documented at the top of its ``.lua`` file; here
+they are read once per process, and the values of the contract are encoded into their
+arguments and decoded from their replies (and from those of the blocking ``XREAD`` that
+``watch`` and ``follow_log`` send). No IO.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from importlib import resources
+from typing import Any
+
+from agentrooms.errors import StaleFence, VersionConflict
+from agentrooms.store.redis.keys import RoomKeys
+from agentrooms.store.redis.wire import pack_command
+from agentrooms.store.types import (
+    Absent,
+    Compare,
+    Event,
+    FenceAtMost,
+    PreparedWrite,
+    Record,
+    VersionIs,
+    fence_of,
+)
+
+MAX_SEQ = 2**53
+"""No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
+``before`` arguments are clamped to it, which changes no answer."""
+
+
+class Script:
+    """One ``.lua`` file of this package: its text and SHA1, read once per process."""
+
+    __slots__ = ("name", "sha", "text")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+
+
+TRANSACT = Script("transact")
+READ = Script("read")
+SCAN = Script("scan")
+READ_LOG = Script("read_log")
+TRIM_LOG = Script("trim_log")
+SET_PICK = Script("set_pick")
+DELETE_ROOM = Script("delete_room")
+SCRIPTS = (TRANSACT, READ, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
+
+
+def compare_arg(c: Compare) -> str:
+    """One compare as ``transact.lua`` takes it."""
+    if isinstance(c, VersionIs):
+        return f"v{c.version}"
+    if isinstance(c, FenceAtMost):
+        return f"f{c.fence}"
+    return "a" if isinstance(c, Absent) else "p"
+
+
+def put_options(w: PreparedWrite) -> str:
+    """A put's options as ``transact.lua`` takes them: ``t<ttl ms>``, ``f<fence>`` and
+    ``o`` (a :class:`~agentrooms.store.types.PutOutcome`).
+
+    The fence is decoded only from a top-level object with a ``"fence":`` member; for
+    any other value this is a substring test.
+    """
+    assert w.value_json is not None
+    text = w.value_json
+    fence = 0
+    if text.startswith("{") and '"fence":' in text:
+        fence = fence_of(json.loads(text))
+    options = [f"t{w.ttl_ms}"] if w.ttl_ms is not None else []
+    if fence:
+        options.append(f"f{fence}")
+    if w.outcome:
+        options.append("o")
+    return " ".join(options)
+
+
+def set_op_arg(add: bool, member: str) -> str:
+    """One set op as ``transact.lua`` takes it: ``+member`` (add) or ``-member`` (remove)."""
+    return ("+" if add else "-") + member
+
+
+def watch_command(keys: RoomKeys, after: int, block_ms: int) -> list[bytes]:
+    """What a waiting ``watch`` sends, pipelined: ``XREAD COUNT 1 BLOCK <ms> STREAMS <log>
+    <after>-0`` (returns once the log has an entry above ``after``, or after ``block_ms``)
+    then ``HGET <meta> seq``, which the server runs only when the XREAD has returned, so
+    its reply is the newest sequence number at wake-up (the meta hash is the truth: the
+    log may have been trimmed or deleted). ``after`` is clamped to :data:`MAX_SEQ`."""
+    assert block_ms > 0  # BLOCK 0 would wait forever
+    return [
+        *pack_command(
+            "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.log, f"{min(after, MAX_SEQ)}-0"
+        ),
+        *pack_command("HGET", keys.meta, "seq"),
+    ]
+
+
+def follow_command(keys: RoomKeys, after: int, limit: int, block_ms: int) -> list[bytes]:
+    """What ``follow_log`` sends, pipelined: ``XREAD COUNT <limit> BLOCK <ms> STREAMS
+    <log> <after>-0`` (the entries above ``after`` as soon as there is one, or nothing
+    after ``block_ms``), then ``HMGET <meta> seq low``, run once the XREAD has returned."""
+    assert block_ms > 0  # BLOCK 0 would wait forever
+    return [
+        *pack_command(
+            "XREAD",
+            "COUNT",
+            limit,
+            "BLOCK",
+            block_ms,
+            "STREAMS",
+            keys.log,
+            f"{min(after, MAX_SEQ)}-0",
+        ),
+        *pack_command("HMGET", keys.meta, "seq", "low"),
+    ]
+
+
+def stream_entries(reply: Any) -> list[Any]:
+    """The entries of the one stream an XREAD asked for (RESP2: [[name, entries]];
+    RESP3: {name: entries}); [] when it timed out (None)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(next(iter(reply.values())))
+    return list(reply[0][1])
+
+
+def event(eid: bytes, fields: list[bytes]) -> Event:
+    """A log entry as transact.lua writes it: ID ``<seq>-0``, fields ('t', type, 'd',
+    data JSON, 'ms', time in ms)."""
+    return Event(
+        int(eid[: eid.index(b"-")]),
+        fields[1].decode(),
+        json.loads(fields[3]),
+        int(fields[5]) / 1000.0,
+    )
+
+
+def block_ms(seconds: float) -> int:
+    """A positive timeout in seconds as a BLOCK argument: whole milliseconds, rounded up
+    (never 0, which means "forever" to Redis)."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
+    expires_at = None if expires is None else int(expires) / 1000.0
+    return Record(key, json.loads(value), int(version), expires_at)
+
+
+def failure(compares: list[Compare], reply: list[Any]) -> Exception:
+    """The error a failed ``transact.lua`` reply stands for."""
+    if reply[0] == 1:
+        c = compares[reply[1] - 1]
+        assert isinstance(c, FenceAtMost)
+        return StaleFence(c.key, c.fence, None if reply[2] is None else int(reply[2]))
+    return VersionConflict(
+        {
+            compares[reply[i] - 1].key: None if reply[i + 1] is None else int(reply[i + 1])
+            for i in range(1, len(reply), 2)
+        }
+    )
+
+
+def text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,262 @@
+"""The store's data types: what a backend is given and returns, and the input limits.
+
+Records, snapshots, events and pages as read; the compares, writes and appends a
+transact takes, and the prepared (validated, encoded) forms backends receive from
+:mod:`agentrooms.store.validation`. Plain frozen dataclasses: no IO, no validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+JSON: TypeAlias = Any
+"""Any value ``json.dumps`` accepts without ``default=`` (NaN and infinities excluded)."""
+
+MAX_TTL = 10 * 365 * 86_400.0
+"""The longest TTL a record may have (ten years), within every backend's clock range."""
+
+PURGE_LIMIT = 32
+"""Expired records a write deletes from its room, at most, oldest first (SQLite and memory;
+PostgreSQL's ``transact()`` has the same number in its SQL; Redis expires keys itself)."""
+
+FENCE_FIELD = "fence"
+"""The top-level field of a record's JSON object that holds its fencing token."""
+
+
+def fence_of(value: JSON) -> int:
+    """The fencing token held in a record's value: its integer ``fence`` field, else 0."""
+    if isinstance(value, dict):
+        fence = value.get(FENCE_FIELD)
+        if isinstance(fence, int) and not isinstance(fence, bool):
+            return fence
+    return 0
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as read: value and version always from the same instant."""
+
+    key: str
+    value: JSON
+    version: int
+    expires_at: float | None = None  # store-clock seconds since the epoch
+
+    @property
+    def fence(self) -> int:
+        """The record's fencing token (the value's ``fence`` field), 0 when it has none."""
+        return fence_of(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The records asked for that exist, read together, with the store's clock."""
+
+    records: Mapping[str, Record]
+    now: float  # store-clock seconds since the epoch
+
+    def get(self, key: str) -> Record | None:
+        return self.records.get(key)
+
+    def exists(self, key: str) -> bool:
+        return key in self.records
+
+    def version(self, key: str) -> int | None:
+        record = self.records.get(key)
+        return None if record is None else record.version
+
+    def value(self, key: str, default: JSON = None) -> JSON:
+        record = self.records.get(key)
+        return default if record is None else record.value
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a room's log."""
+
+    seq: int
+    type: str
+    data: JSON
+    time: float  # store-clock seconds when it was appended
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    """Records in key order; pass ``next_after`` back as ``after`` for the next page."""
+
+    records: list[Record]
+    next_after: str | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class TransactResult:
+    """What a successful ``transact`` did: new version per put key, the sequence number of
+    each appended event (in order), and the store's clock at commit."""
+
+    versions: dict[str, int]
+    seqs: list[int]
+    now: float
+
+
+# ---------------------------------------------------------------- compares and writes
+
+
+@dataclass(frozen=True, slots=True)
+class VersionIs:
+    """The record exists (unexpired) and its version equals ``version``."""
+
+    key: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Absent:
+    """The record does not exist (or has expired)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Present:
+    """The record exists and has not expired."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FenceAtMost:
+    """The record exists and its fencing token is at most ``fence``.
+
+    A failure raises :class:`~agentrooms.errors.StaleFence` (the caller's token is
+    older than the holder's), which takes precedence over version conflicts.
+    """
+
+    key: str
+    fence: int
+
+
+Compare: TypeAlias = VersionIs | Absent | Present | FenceAtMost
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``value`` (replacing any previous one); ``ttl`` in seconds, ``None`` = no expiry."""
+
+    key: str
+    value: JSON
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutOutcome(Put):
+    """A :class:`Put` of a JSON object to which the store adds, atomically with the rest
+    of the transact, what the transact did: the field ``outcome`` holds
+    ``{"versions": {key: new version, ...}, "seqs": [seq, ...]}``, the versions of the
+    transact's other puts and the sequence numbers of its appends, as its
+    :class:`TransactResult` reports them. A recorded command outcome uses it, so that a
+    replay can answer with the versions and sequence numbers the store assigned. At most
+    one per transact; ``value`` must be an object with no ``outcome`` field."""
+
+
+OUTCOME_FIELD = "outcome"
+"""The field of a :class:`PutOutcome` value that the store fills in."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Remove the record; deleting an absent record is not an error."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAdd:
+    """Add ``member`` to the room's set ``name`` (no-op if present). Sets are
+    commutative indexes (e.g. a plan's ready tasks): they carry no version and take no
+    part in compares, so concurrent adds and removes never conflict."""
+
+    name: str
+    member: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetRemove:
+    """Remove ``member`` from the room's set ``name`` (no-op if absent)."""
+
+    name: str
+    member: str
+
+
+Write: TypeAlias = Put | Delete | SetAdd | SetRemove
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append an event to the room's log; the store gives it its sequence number."""
+
+    type: str
+    data: JSON = None
+
+
+# ------------------------------------------------------------- prepared (backend) forms
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """A validated write as backends receive it: ``value_json`` is ``None`` for a delete."""
+
+    key: str
+    value_json: str | None
+    ttl_ms: int | None = None
+    outcome: bool = False  # a PutOutcome: the store adds the transact's outcome to it
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSetOp:
+    name: str
+    member: str
+    add: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    type: str
+    data_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One transact's operations, validated and encoded."""
+
+    compares: list[Compare]
+    writes: list[PreparedWrite]
+    appends: list[PreparedAppend]
+    set_ops: list[PreparedSetOp]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Input limits checked before anything reaches a backend."""
+
+    max_room_bytes: int = 200
+    max_key_bytes: int = 1024
+    max_value_bytes: int = 4 * 1024 * 1024
+    max_event_type_bytes: int = 200
+    max_ops: int = 5000  # compares + writes + appends in one transact
+    max_page: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What ``doctor`` reports: the backend, its durability, and what is unsafe."""
+
+    backend: str
+    url: str
+    durability: str
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
