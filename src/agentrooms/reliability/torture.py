@@ -22,9 +22,15 @@ its call in flight as an unknown outcome.
 Faults, drawn per history from those the backend and surface allow (:func:`fault_kinds`):
 ``kill -9`` of a client process (a cancelled client task on ``memory://``); over HTTP,
 ``kill -9`` of a server process (restarted on its port in the background) and
-SIGSTOP/SIGCONT of one; over MCP, the kill; and the store faults a caller passes in
-(:class:`StoreFault`). Each fault is injected after a number of answers, so it lands
-mid-history however fast the machine is; at most one server is down at a time.
+SIGSTOP/SIGCONT of one; over MCP, the kill; and, when the run owns its store (no
+``url``), the store faults of :func:`~agentrooms.reliability.faults.store_under_test`
+(the TCP proxy's delay, drop, reset and blackhole between every client or server
+process and Redis or PostgreSQL, ``CLIENT PAUSE`` and a restart of the run's own
+``redis-server``, ``pg_terminate_backend`` of the run's database, ``kill -9`` of a
+SQLite writer; none on memory). Each fault is injected after a number of answers, so it
+lands mid-history however fast the machine is; at most one server is down at a time and
+one store fault is active at a time; every fault is healed after its time or once the
+history's clients are done, before the history is checked.
 """
 
 from __future__ import annotations
@@ -681,30 +687,44 @@ def verdict(report: RunReport) -> str:
 # ------------------------------------------------------------------------------ runner
 
 
-@contextlib.asynccontextmanager
-async def _store(settings: Settings) -> AsyncIterator[tuple[str, list[StoreFault]]]:
-    """The store's URL for the run, and the store faults it allows."""
-    if settings.url is not None:
-        yield settings.url, []
-        return
-    from agentrooms.bench.backends import provision
+@dataclass(frozen=True, slots=True)
+class RunStore:
+    """The store of a run: ``url`` is what client and server processes open (through
+    the rig's proxy when the run owns its store), ``direct_url`` the runner's own
+    handle (past the proxy), ``faults`` the store faults the run may draw."""
 
-    async with provision(settings.backend) as target:
-        yield target.url, []
+    url: str
+    direct_url: str
+    faults: list[StoreFault]
+
+
+@contextlib.asynccontextmanager
+async def _store(settings: Settings, workdir: Path) -> AsyncIterator[RunStore]:
+    """The run's store. With ``settings.url``, that store and no store fault; else
+    :func:`~agentrooms.reliability.faults.store_under_test`: a store the run owns,
+    behind its proxy, with its faults when ``settings.faults`` (none on memory)."""
+    if settings.url is not None:
+        yield RunStore(settings.url, settings.url, [])
+        return
+    from agentrooms.reliability.faults import store_under_test
+
+    async with store_under_test(settings.backend, workdir) as rig:
+        faults: list[StoreFault] = list(rig.faults) if settings.faults else []
+        yield RunStore(rig.url, rig.direct_url, faults)
 
 
 class _Runner:
     def __init__(
         self,
         settings: Settings,
-        url: str,
-        store_faults: list[StoreFault],
+        store: RunStore,
         workdir: Path,
         out: Path,
     ) -> None:
-        self.settings, self.url, self.workdir, self.out = settings, url, workdir, out
-        self.store_faults = {f.name: f for f in store_faults}
-        self.kinds = fault_kinds(settings, store_faults)
+        self.settings, self.workdir, self.out = settings, workdir, out
+        self.url, self.direct_url = store.url, store.direct_url
+        self.store_faults = {f.name: f for f in store.faults}
+        self.kinds = fault_kinds(settings, store.faults)
         self.run_id = uuid.uuid4().hex[:8]
         self.store: Store | None = None  # the runner's own handle (verifying, memory)
         self.pool: Pool | None = None
@@ -713,7 +733,7 @@ class _Runner:
 
     async def start(self) -> None:
         s = self.settings
-        self.store = await open_store(self.url)  # prepares the store, before the others
+        self.store = await open_store(self.direct_url)  # prepares it, before the others
         if s.backend != "memory":
             spec = {"surface": s.surface, "url": self.url, "broken": s.broken}
             self.pool = Pool(spec)
@@ -781,7 +801,9 @@ class _Runner:
         with contextlib.suppress(asyncio.CancelledError):
             await injector
         over.set()
-        await asyncio.gather(*heals)
+        for healed in await asyncio.gather(*heals, return_exceptions=True):
+            if isinstance(healed, BaseException):  # a heal that found damage
+                anomalies.append(f"a fault's heal failed: {type(healed).__name__}: {healed}")
         for i, outcome in enumerate(outcomes):
             anomalies += self._outcome(i, outcome, workers, reports)
         ops = journal.close()
@@ -853,6 +875,7 @@ class _Runner:
         """Inject ``plan``'s faults as the answers come (each named in ``injected``);
         a fault that lasts is healed by a task of ``heals`` after its time, or once
         ``over`` is set."""
+        store_heal: asyncio.Task[None] | None = None  # one store fault at a time
         for fault in plan:
             while journal.answered < fault.after:  # noqa: ASYNC110 (the journal is fed by the clients)
                 await asyncio.sleep(0.002)
@@ -880,11 +903,16 @@ class _Runner:
                 cluster.pause(server)
                 heal: Awaitable[None] = _resume(cluster, server)
             else:
+                if store_heal is not None:
+                    await asyncio.wait([store_heal])
                 store_fault = self.store_faults[fault.kind]
                 await store_fault.inject()
                 heal = store_fault.heal()
             injected.append(fault.kind)
-            heals.append(asyncio.create_task(_heal_after(fault.seconds, heal, over)))
+            task = asyncio.create_task(_heal_after(fault.seconds, heal, over))
+            heals.append(task)
+            if fault.kind in self.store_faults:
+                store_heal = task
 
     async def _integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the SQLite file (after a process was killed)."""
@@ -982,8 +1010,8 @@ async def run_torture(
     started = time.monotonic()
     deadline = None if settings.minutes is None else started + 60 * settings.minutes
     with tempfile.TemporaryDirectory(prefix="agentrooms-torture-") as tmp:
-        async with _store(settings) as (url, store_faults):
-            runner = _Runner(settings, url, store_faults, Path(tmp), Path(out))
+        async with _store(settings, Path(tmp)) as store:
+            runner = _Runner(settings, store, Path(tmp), Path(out))
             try:
                 await runner.start()
                 index = 0
