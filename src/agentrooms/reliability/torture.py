@@ -109,6 +109,8 @@ MCP_TIMEOUT = 2.0
 CALL_TIMEOUT = 4.0  # a whole call (a put is a loop of requests)
 VERIFY_TIMEOUT = 10.0
 SPARES = 2  # client processes started ahead, to replace killed ones at once
+OPEN_TIMEOUT = 30.0  # seconds a client process tries to open the store
+RESTARTS = 3  # tries to start a killed server again
 NO_DELETE = tuple((k, w) for k, w in Workload().weights if k != "delete")
 
 
@@ -274,10 +276,12 @@ class Journal:
         self.ops: list[Operation] = []
         self.open: dict[tuple[int, int], tuple[str, str, Any, int]] = {}
         self.answered = 0
+        self.errors: list[Seen] = []
 
     def event(self, client: int, event: dict[str, Any]) -> None:
         """``{"c": [n, op, key, input, call]}``, ``{"r": [n, output, return]}`` or
-        ``{"u": n}`` from ``client``; ``ValueError`` for anything else."""
+        ``{"u": n, "e": [seen, typed], "t": time}`` (the call raised, as :func:`seen`
+        names it) from ``client``; ``ValueError`` for anything else."""
         if "c" in event:
             n, op, key, inp, call = event["c"]
             self.open[(client, n)] = (op, key, inp, call)
@@ -289,6 +293,9 @@ class Journal:
         else:
             raise ValueError(f"not a journal event: {event!r}")
         op, key, inp, call = self.open.pop((client, n))
+        if "e" in event:
+            what, typed = event["e"]
+            self.errors.append(Seen(client, op, call, event["t"], what, typed))
         self.ops.append(Operation(client, key, op, inp, output, call, ret))
         self.answered += 1
 
@@ -300,10 +307,42 @@ class Journal:
         return sorted(self.ops, key=lambda o: o.call)
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A call of ``client`` that raised: its ``op``, call time, the time it raised
+    (``monotonic_ns``), what the caller saw (:func:`seen`) and whether that is a typed
+    error (``False``: a raw driver or OS exception reached the caller)."""
+
+    client: int
+    op: str
+    call: int
+    at: int
+    what: str
+    typed: bool
+
+
+def seen(exc: BaseException) -> tuple[str, bool]:
+    """How a caller saw ``exc``, and whether it is typed: an agentrooms error (by its
+    class name), what an HTTP or MCP caller saw (``UnknownOutcome.seen``, the surface's
+    report), ``cancelled`` (the caller's own deadline, or a cancelled client task);
+    anything else by its module and class, untyped."""
+    from agentrooms.errors import AgentroomsError
+
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled (the caller's deadline)", True
+    if isinstance(exc, AgentroomsError):
+        return type(exc).__name__, True
+    shown = getattr(exc, "seen", None)
+    if isinstance(shown, str):
+        return shown, True
+    kind = type(exc)
+    return f"raw {kind.__module__}.{kind.__qualname__}: {str(exc)[:120]}", False
+
+
 class Journaled:
     """A :class:`~agentrooms.reliability.recorder.Surface` that reports each call to
-    ``emit`` before it is made and its outcome after (``{"u": n}`` when it raised or was
-    cancelled); the calls go to ``inner``."""
+    ``emit`` before it is made and its outcome after (``{"u": n, "e": seen(exc), "t":
+    time}`` when it raised or was cancelled); the calls go to ``inner``."""
 
     def __init__(self, inner: Surface, emit: Callable[[dict[str, Any]], None]) -> None:
         self.inner, self.emit, self.n = inner, emit, 0
@@ -313,8 +352,8 @@ class Journaled:
         self.emit({"c": [n, op, key, inp, time.monotonic_ns()]})
         try:
             result = await call
-        except BaseException:
-            self.emit({"u": n})
+        except BaseException as exc:
+            self.emit({"u": n, "e": list(seen(exc)), "t": time.monotonic_ns()})
             raise
         self.emit({"r": [n, _output(op, result), time.monotonic_ns()]})
         return result
@@ -415,13 +454,28 @@ async def _job(
     return dict(inner.reports) if inner is not None else {}
 
 
+async def _open(url: str) -> Store:
+    """Open the store, again while it is unavailable (a client process replacing a
+    killed one may start during a store fault) for up to :data:`OPEN_TIMEOUT` s."""
+    from agentrooms.errors import StoreUnavailable
+
+    deadline = time.monotonic() + OPEN_TIMEOUT
+    while True:
+        try:
+            return await open_store(url)
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def _client_process(sock: socket.socket, spec: dict[str, Any]) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=LINE_LIMIT)
 
     def emit(message: dict[str, Any]) -> None:
         writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
-    store = await open_store(spec["url"]) if spec["surface"] == "library" else None
+    store = await _open(spec["url"]) if spec["surface"] == "library" else None
     try:
         emit({"ready": os.getpid()})
         while line := await reader.readline():
@@ -576,13 +630,26 @@ class Cluster:
         up = [i for i, ok in enumerate(self.up) if ok]
         return up[target % len(up)] if len(up) >= 2 else None
 
-    def kill(self, i: int) -> None:
+    def kill(self, i: int) -> asyncio.Task[None]:
+        """``kill -9`` of server ``i``; the task that restarts it."""
         self.procs[i].kill()
         self.up[i] = False
-        self.restarts.add(asyncio.create_task(self._restart(i)))
+        task = asyncio.create_task(self._restart(i))
+        self.restarts.add(task)
+        return task
 
     async def _restart(self, i: int) -> None:
-        await self.procs[i].start()
+        """Start server ``i`` again; a start that fails (the store unavailable while it
+        opened it, under a store fault) is tried again, :data:`RESTARTS` times in all."""
+        for attempt in range(RESTARTS):
+            try:
+                await self.procs[i].start()
+            except RuntimeError:
+                if attempt == RESTARTS - 1:
+                    raise
+                await asyncio.sleep(0.5)
+            else:
+                break
         self.up[i] = True
 
     def pause(self, i: int) -> None:
@@ -624,6 +691,7 @@ class HistoryResult:
     reports: Counter[str]
     seconds: float
     saved: Path | None = None
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -644,6 +712,7 @@ class Summary:
     anomalies: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     reports: Counter[str] = field(default_factory=Counter)
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
     integrity_checks: int = 0
     saved: list[Path] = field(default_factory=list)
     failing: list[HistoryResult] = field(default_factory=list)
@@ -654,6 +723,14 @@ class Summary:
     def ok(self) -> bool:
         return self.histories > 0 and not self.failing
 
+    def fault_errors(self) -> dict[str, Counter[str]]:
+        """Per fault kind (or :data:`NO_FAULT`), what the callers saw while it was
+        active, and how often."""
+        table: dict[str, Counter[str]] = {}
+        for (fault, what), n in self.errors.items():
+            table.setdefault(fault, Counter())[what] += n
+        return table
+
     def add(self, result: HistoryResult) -> None:
         self.results.append(result)
         self.histories += 1
@@ -663,10 +740,58 @@ class Summary:
         self.anomalies += len(result.anomalies)
         self.faults.update(result.faults)
         self.reports.update(result.reports)
+        self.errors.update(result.errors)
+        self.reports.update({f"{fault} → {what}": n for (fault, what), n in result.errors.items()})
         if not result.ok:
             self.failing.append(result)
             if result.saved is not None:
                 self.saved.append(result.saved)
+
+
+NO_FAULT = "(no fault)"
+GRACE_NS = 1_000_000_000
+"""An error up to this long after a fault's window closed is still the fault's (a
+pooled connection the fault broke fails on its next use)."""
+
+
+@dataclass(slots=True)
+class Window:
+    """When a fault of ``kind`` was active: from its injection to its heal (``end``
+    ``None`` while it lasts), ``monotonic_ns``."""
+
+    kind: str
+    start: int = field(default_factory=time.monotonic_ns)
+    end: int | None = None
+
+    def closed(self) -> Window:
+        if self.end is None:
+            self.end = time.monotonic_ns()
+        return self
+
+
+def attribute(errors: Sequence[Seen], windows: Sequence[Window]) -> Counter[tuple[str, str]]:
+    """``(fault, what the caller saw)`` for each error: a call that raised is the
+    fault's when it was in flight while the fault was active (or up to
+    :data:`GRACE_NS` after); of :data:`NO_FAULT` when no fault was."""
+    found: Counter[tuple[str, str]] = Counter()
+    for e in errors:
+        kinds = {
+            w.kind
+            for w in windows
+            if w.start <= e.at and (w.end is None or e.call <= w.end + GRACE_NS)
+        }
+        for kind in kinds or {NO_FAULT}:
+            found[(kind, e.what)] += 1
+    return found
+
+
+def leaks(errors: Sequence[Seen]) -> list[str]:
+    """An anomaly for each raw (untyped) exception that reached a caller."""
+    return [
+        f"client {e.client}'s {e.op} saw {e.what} (a raw exception reached the caller)"
+        for e in errors
+        if not e.typed
+    ]
 
 
 def kind_of(outcome: object) -> str | None:
@@ -761,15 +886,7 @@ class _Runner:
         journal = Journal()
         anomalies: list[str] = []
         reports: Counter[str] = Counter()
-        bases: list[str] = []
-        if self.cluster is not None:
-            from agentrooms.reliability.surfaces import logs
-            from agentrooms.rooms import Rooms
-
-            bases = self.cluster.bases()
-            assert self.store is not None
-            rooms = Rooms(self.store)
-            await asyncio.gather(*(rooms.create(r) for r in (room, *logs(room))))
+        bases = await self._rooms(room)
         runs: list[asyncio.Task[tuple[str, Any]]] = []
         workers: list[Worker] = []
         if self.pool is None:
@@ -790,7 +907,7 @@ class _Runner:
                     "bases": bases,
                 }
                 runs.append(asyncio.create_task(worker.run(job, journal)))
-        injected: list[str] = []
+        injected: list[Window] = []
         heals: list[asyncio.Task[None]] = []
         over = asyncio.Event()  # the clients are done: heal what is still broken
         injector = asyncio.create_task(
@@ -801,13 +918,13 @@ class _Runner:
         with contextlib.suppress(asyncio.CancelledError):
             await injector
         over.set()
-        for healed in await asyncio.gather(*heals, return_exceptions=True):
-            if isinstance(healed, BaseException):  # a heal that found damage
-                anomalies.append(f"a fault's heal failed: {type(healed).__name__}: {healed}")
+        anomalies += await _healed(heals)
         for i, outcome in enumerate(outcomes):
             anomalies += self._outcome(i, outcome, workers, reports)
         ops = journal.close()
-        if s.backend == "sqlite" and any("kill" in f for f in injected):
+        errors = attribute(journal.errors, injected)
+        anomalies += leaks(journal.errors)
+        if s.backend == "sqlite" and any("kill" in w.kind for w in injected):
             anomalies += await self._integrity()
         final = Journal()
         report = await self._verify(ops, room, final)
@@ -821,13 +938,27 @@ class _Runner:
             verdict(report),
             report.result.failed,
             anomalies,
-            injected,
+            [w.kind for w in injected],
             reports,
             time.monotonic() - started,
+            errors=errors,
         )
         if not result.ok:
             result.saved = self._save(result, workload, [*ops, *final.close()])
         return result
+
+    async def _rooms(self, room: str) -> list[str]:
+        """Over HTTP or MCP: create the history's rooms; the servers that are up."""
+        if self.cluster is None:
+            return []
+        from agentrooms.reliability.surfaces import logs
+        from agentrooms.rooms import Rooms
+
+        bases = self.cluster.bases()
+        assert self.store is not None
+        rooms = Rooms(self.store)
+        await asyncio.gather(*(rooms.create(r) for r in (room, *logs(room))))
+        return bases
 
     @staticmethod
     async def _task(surface: Journaled, client: int, workload: Workload) -> tuple[str, Any]:
@@ -868,13 +999,14 @@ class _Runner:
         journal: Journal,
         runs: list[asyncio.Task[tuple[str, Any]]],
         workers: list[Worker],
-        injected: list[str],
+        injected: list[Window],
         heals: list[asyncio.Task[None]],
         over: asyncio.Event,
     ) -> None:
-        """Inject ``plan``'s faults as the answers come (each named in ``injected``);
-        a fault that lasts is healed by a task of ``heals`` after its time, or once
-        ``over`` is set."""
+        """Inject ``plan``'s faults as the answers come (each one's window in
+        ``injected``); a fault that lasts is healed by a task of ``heals`` after its
+        time, or once ``over`` is set, and its window closes then (a killed server's
+        once it runs again)."""
         store_heal: asyncio.Task[None] | None = None  # one store fault at a time
         for fault in plan:
             while journal.answered < fault.after:  # noqa: ASYNC110 (the journal is fed by the clients)
@@ -888,7 +1020,7 @@ class _Runner:
                     workers[victim].kill()
                 else:
                     runs[victim].cancel()
-                injected.append(fault.kind)
+                injected.append(Window(fault.kind).closed())
                 continue
             if fault.kind in (SERVER_KILL, SERVER_STOP):
                 assert self.cluster is not None
@@ -897,19 +1029,23 @@ class _Runner:
                 if server is None:
                     continue
                 if fault.kind == SERVER_KILL:
-                    cluster.kill(server)
-                    injected.append(fault.kind)
+                    window = Window(fault.kind)
+                    restart = cluster.kill(server)
+                    restart.add_done_callback(functools.partial(_close, window))
+                    injected.append(window)
                     continue
+                window = Window(fault.kind)
                 cluster.pause(server)
                 heal: Awaitable[None] = _resume(cluster, server)
             else:
                 if store_heal is not None:
                     await asyncio.wait([store_heal])
                 store_fault = self.store_faults[fault.kind]
+                window = Window(fault.kind)
                 await store_fault.inject()
                 heal = store_fault.heal()
-            injected.append(fault.kind)
-            task = asyncio.create_task(_heal_after(fault.seconds, heal, over))
+            injected.append(window)
+            task = asyncio.create_task(_heal_after(fault.seconds, heal, over, window))
             heals.append(task)
             if fault.kind in self.store_faults:
                 store_heal = task
@@ -983,15 +1119,34 @@ class _Runner:
         return path
 
 
+def _close(window: Window, _: object) -> None:
+    window.closed()
+
+
+async def _healed(heals: Sequence[asyncio.Task[None]]) -> list[str]:
+    """Await every heal; an anomaly for each that failed (a heal that found damage)."""
+    return [
+        f"a fault's heal failed: {type(healed).__name__}: {healed}"
+        for healed in await asyncio.gather(*heals, return_exceptions=True)
+        if isinstance(healed, BaseException)
+    ]
+
+
 async def _resume(cluster: Cluster, server: int) -> None:
     cluster.resume(server)
 
 
-async def _heal_after(seconds: float, heal: Awaitable[None], over: asyncio.Event) -> None:
-    """Await ``heal`` after ``seconds``, or once ``over`` is set if sooner."""
+async def _heal_after(
+    seconds: float, heal: Awaitable[None], over: asyncio.Event, window: Window
+) -> None:
+    """Await ``heal`` after ``seconds``, or once ``over`` is set if sooner; then close
+    ``window`` (also when the heal fails)."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(over.wait(), seconds)
-    await heal
+    try:
+        await heal
+    finally:
+        window.closed()
 
 
 async def run_torture(
