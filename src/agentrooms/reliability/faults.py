@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -42,7 +40,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from agentrooms.reliability.proxy import Blackhole, Delay, Drop, Reset, TcpProxy
-from agentrooms.reliability.servers import free_port
+from agentrooms.reliability.servers import free_port, kill_process, stop_process
 
 __all__ = [
     "ClientPause",
@@ -149,8 +147,7 @@ class RedisServer:
     def kill(self) -> None:
         """``kill -9`` of the server's pid, reaped."""
         assert self.proc is not None and self.running, "not running"
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        kill_process(self.proc)
         self.faults.append((time.monotonic_ns(), "redis-server kill -9"))
 
     async def restart(self) -> None:
@@ -160,16 +157,8 @@ class RedisServer:
         self.faults.append((time.monotonic_ns(), "redis-server started"))
 
     def stop(self) -> None:
-        """SIGTERM (SIGKILL after 10 s) if it runs, reaped."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        """Stop the server if it runs (:func:`~agentrooms.reliability.servers.stop_process`)."""
+        stop_process(self.proc)
 
 
 class RedisRestart(_Logged):
@@ -294,9 +283,8 @@ class SqliteWriterKill(_Logged):
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def inject(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            kill_process(self.proc)
         self._note("kill -9")
 
     async def heal(self) -> None:
@@ -308,9 +296,8 @@ class SqliteWriterKill(_Logged):
         self.start()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        """End the writer (:func:`~agentrooms.reliability.servers.stop_process`)."""
+        stop_process(self.proc)
 
 
 def _write_forever(url: str) -> None:
