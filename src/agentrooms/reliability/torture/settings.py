@@ -67,9 +67,11 @@ class Settings:
     ``histories`` histories or ``minutes`` (the first reached; at least one is set).
     ``faults``: inject faults; ``broken``: a store of
     :data:`~agentrooms.reliability.broken.BROKEN` wrapped around the real one (library
-    surface); ``url``: the store (default: one isolated to the run on the local
-    server); ``servers``: server processes (HTTP, MCP); ``budget``: seconds the checker
-    may take per history before the history is undecided."""
+    surface); ``url``: the store, with no store faults (default: one the run owns,
+    :func:`~agentrooms.reliability.faults.store_under_test`: a SQLite file, a
+    ``redis-server`` of its own, a PostgreSQL database on the local server, behind a
+    proxy, with their faults); ``servers``: server processes (HTTP, MCP); ``budget``:
+    seconds the checker may take per history before the history is undecided."""
 
     backend: str
     surface: str = "library"
