@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -42,7 +40,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from agentrooms.reliability.proxy import Blackhole, Delay, Drop, Reset, TcpProxy
-from agentrooms.reliability.servers import free_port
+from agentrooms.reliability.servers import free_port, kill_process, stop_process
 
 __all__ = [
     "ClientPause",
@@ -59,6 +57,8 @@ __all__ = [
 Log = list[tuple[int, str]]
 START_TIMEOUT = 20.0
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PAUSE_ALL_MS = 1000
+"""How long the rig's ``CLIENT PAUSE ALL`` lasts: the server's own expiry is its heal."""
 
 
 class Fault(Protocol):
@@ -147,8 +147,7 @@ class RedisServer:
     def kill(self) -> None:
         """``kill -9`` of the server's pid, reaped."""
         assert self.proc is not None and self.running, "not running"
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        kill_process(self.proc)
         self.faults.append((time.monotonic_ns(), "redis-server kill -9"))
 
     async def restart(self) -> None:
@@ -158,16 +157,8 @@ class RedisServer:
         self.faults.append((time.monotonic_ns(), "redis-server started"))
 
     def stop(self) -> None:
-        """SIGTERM (SIGKILL after 10 s) if it runs, reaped."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        """Stop the server if it runs (:func:`~agentrooms.reliability.servers.stop_process`)."""
+        stop_process(self.proc)
 
 
 class RedisRestart(_Logged):
@@ -191,8 +182,11 @@ class RedisRestart(_Logged):
 
 
 class ClientPause(_Logged):
-    """``CLIENT PAUSE ms WRITE`` (writes wait, reads answer) or ``ALL``; bounded by
-    ``ms`` on the server itself, healed early by ``CLIENT UNPAUSE``."""
+    """``CLIENT PAUSE ms WRITE`` (writes wait, reads answer) or ``ALL``, bounded by
+    ``ms`` on the server itself. ``WRITE`` is healed at once by ``CLIENT UNPAUSE``.
+    Under ``ALL`` the server holds every command, ``CLIENT UNPAUSE`` too (and a new
+    connection's handshake), so its heal waits for the pause to end on the server,
+    ``ms`` after the inject, then sends ``CLIENT UNPAUSE`` (a no-op by then)."""
 
     def __init__(
         self, server: RedisServer, mode: str = "WRITE", ms: int = 10_000, log: Log | None = None
@@ -201,6 +195,7 @@ class ClientPause(_Logged):
         super().__init__(log)
         self.server, self.mode, self.ms = server, mode, ms
         self.name = f"redis CLIENT PAUSE {mode}"
+        self.until = 0.0  # time.monotonic() when the server ends the pause itself
 
     async def inject(self) -> None:
         client = self.server.client()
@@ -208,9 +203,12 @@ class ClientPause(_Logged):
             await client.client_pause(self.ms, all=self.mode == "ALL")
         finally:
             await client.aclose()
+        self.until = time.monotonic() + self.ms / 1000
         self._note("inject")
 
     async def heal(self) -> None:
+        if self.mode == "ALL":
+            await asyncio.sleep(max(0.0, self.until - time.monotonic()))
         if self.server.running:
             client = self.server.client()
             try:
@@ -285,9 +283,8 @@ class SqliteWriterKill(_Logged):
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def inject(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            kill_process(self.proc)
         self._note("kill -9")
 
     async def heal(self) -> None:
@@ -299,9 +296,8 @@ class SqliteWriterKill(_Logged):
         self.start()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        """End the writer (:func:`~agentrooms.reliability.servers.stop_process`)."""
+        stop_process(self.proc)
 
 
 def _write_forever(url: str) -> None:
@@ -372,7 +368,7 @@ async def store_under_test(
     * ``redis``: a :class:`RedisServer` of its own (``aof``: appendfsync always, the
       default; without it :class:`RedisRestart` is left out of ``faults``, since it
       forgets acknowledged writes), behind a :class:`TcpProxy`; the proxy's modes,
-      ``CLIENT PAUSE`` WRITE and ALL, and the restart.
+      ``CLIENT PAUSE`` WRITE and ALL (:data:`PAUSE_ALL_MS`), and the restart.
     * ``postgres``: a database created for the rig on ``postgres_admin``'s server (dropped
       with ``FORCE`` on exit), behind a proxy; the proxy's modes and :class:`PgTerminate`.
 
@@ -435,7 +431,10 @@ async def _redis_rig(
     url = _with(f"redis://127.0.0.1:{proxy.port}/0?prefix={prefix}", timeout)
     direct = _with(f"{server.url}?prefix={prefix}", timeout)
     faults = proxy_faults(proxy, log, timeout / 4)
-    faults += [ClientPause(server, "WRITE", log=log), ClientPause(server, "ALL", log=log)]
+    faults += [
+        ClientPause(server, "WRITE", log=log),
+        ClientPause(server, "ALL", ms=PAUSE_ALL_MS, log=log),
+    ]
     if aof:
         faults.append(RedisRestart(server, log))
     return Rig("redis", url, direct, faults, log, proxy, server)

@@ -131,7 +131,9 @@ class StoreModel:
 
     The commit key holds the command ids applied, in order: a commit of a new id applies
     it (result: its position), a commit of an id already applied is a replay of the
-    recorded result, and ``read_commits`` returns the list. A surface that does not say
+    recorded result (``replayed`` must not be False), and ``read_commits`` returns the
+    list. A new id may answer ``replayed`` True: the commit loop's retry of an attempt
+    whose reply was lost finds that attempt's outcome. A surface that does not say
     whether a commit was a replay records ``replayed`` as ``None``: its position is then
     checked alone.
     """
@@ -258,4 +260,7 @@ def _commit_step(state: Any, p: Any, unknown: bool) -> tuple[Hashable, ...]:
         return (state,) if replayed is not False and result == state.index(cid) + 1 else ()
     if unknown:
         return ((*state, cid),)
-    return ((*state, cid),) if replayed is not True and result == len(state) + 1 else ()
+    # a new id takes the next position. ``replayed`` may be True: the commit loop retries
+    # an attempt whose outcome was unknown, finds that attempt's recorded outcome and
+    # answers it as a replay (docs/reliability.md, "Store faults")
+    return ((*state, cid),) if result == len(state) + 1 else ()

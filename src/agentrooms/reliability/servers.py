@@ -11,6 +11,7 @@ appended to :attr:`~ServerProcess.faults` as ``(monotonic_ns, what)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import httpx2
 
-__all__ = ["ServerProcess", "free_port"]
+__all__ = ["ServerProcess", "free_port", "kill_process", "stop_process"]
 
 START_TIMEOUT = 60.0
 
@@ -32,6 +33,29 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def kill_process(proc: subprocess.Popen[bytes]) -> None:
+    """``kill -9`` of ``proc``'s pid (a process this one started), reaped; nothing if it
+    has exited already."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float = 10.0) -> None:
+    """Stop ``proc`` (a process this one started) if it runs: SIGCONT first (in case it
+    is stopped), SIGTERM, ``kill -9`` after ``grace`` seconds; reaped."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        kill_process(proc)
 
 
 class ServerProcess:
@@ -84,9 +108,9 @@ class ServerProcess:
 
     def kill(self) -> None:
         """``kill -9`` the process and reap it."""
-        self._signal(signal.SIGKILL, "kill -9")
-        assert self.proc is not None
-        self.proc.wait()
+        assert self.proc is not None and self.running, "kill -9: not running"
+        kill_process(self.proc)
+        self.faults.append((time.monotonic_ns(), "kill -9"))
 
     def pause(self) -> None:
         """SIGSTOP: the process holds its connections and answers nothing."""
@@ -97,15 +121,5 @@ class ServerProcess:
         self._signal(signal.SIGCONT, "SIGCONT")
 
     def stop(self) -> None:
-        """Stop the process if it runs (SIGCONT first, in case it is paused; then
-        SIGTERM, SIGKILL after 10 s) and reap it."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        """Stop the process if it runs (:func:`stop_process`)."""
+        stop_process(self.proc)

@@ -89,7 +89,12 @@ CONNECTION_CLOSED = -32000  # the SDK's MCPError code when the server's connecti
 
 class UnknownOutcome(ConnectionError):
     """The request was sent and its answer never came, or was a 503: it may or may not
-    have taken effect."""
+    have taken effect. ``seen``: how the caller saw it (a key of the surface's
+    ``reports``)."""
+
+    def __init__(self, message: str, seen: str) -> None:
+        super().__init__(message)
+        self.seen = seen
 
 
 class Unsupported(NotImplementedError):
@@ -171,14 +176,16 @@ class HttpSurface:
                 )
             except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
                 # never sent: another server may take it
-                self.reports[f"{type(exc).__name__}: not sent, sent to another server"] += 1
+                seen = f"{type(exc).__name__}: not sent, sent to another server"
+                self.reports[seen] += 1
                 if loop.time() > deadline:
-                    raise UnknownOutcome(f"no server answered {method} {path}") from exc
+                    raise UnknownOutcome(f"no server answered {method} {path}", seen) from exc
                 await asyncio.sleep(0.02)
                 continue
             except httpx2.TransportError as exc:
-                self.reports[f"{type(exc).__name__}: unknown outcome"] += 1
-                raise UnknownOutcome(f"{method} {path}: {type(exc).__name__}") from exc
+                seen = f"{type(exc).__name__}: unknown outcome"
+                self.reports[seen] += 1
+                raise UnknownOutcome(f"{method} {path}: {type(exc).__name__}", seen) from exc
             self.answered[base] += 1
             if answer.status_code == 429:
                 self.reports["HTTP 429: waited, sent again"] += 1
@@ -186,8 +193,9 @@ class HttpSurface:
                 continue
             if answer.status_code == 503:
                 kind = answer.json().get("error", {}).get("type", "?")
-                self.reports[f"HTTP 503 {kind}: unknown outcome"] += 1
-                raise UnknownOutcome(f"{method} {path}: 503 {kind}")
+                seen = f"HTTP 503 {kind}: unknown outcome"
+                self.reports[seen] += 1
+                raise UnknownOutcome(f"{method} {path}: 503 {kind}", seen)
             if answer.status_code >= 500:
                 raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text}")
             return answer
@@ -224,8 +232,9 @@ class HttpSurface:
             # it existed when the create failed, and was gone when the 412 read it
             # back: which version it had is lost, so the outcome is recorded as unknown
             # (a failure is one of the outcomes an unknown one allows)
-            self.reports["HTTP 412 without the current version: unknown outcome"] += 1
-            raise UnknownOutcome("the 412 of a create does not name the version it met")
+            seen = "HTTP 412 without the current version: unknown outcome"
+            self.reports[seen] += 1
+            raise UnknownOutcome("the 412 of a create does not name the version it met", seen)
         return False, current
 
     async def put(self, key: str, value: str) -> int:
@@ -346,10 +355,11 @@ class McpSurface:
             self._client = await ready
         except Exception as exc:
             await holder
-            self.reports[f"opening a session: {type(exc).__name__}"] += 1
+            seen = f"opening a session: {type(exc).__name__}"
+            self.reports[seen] += 1
             others = [b for b in self.bases if b != self.base]
             self.base = self.rng.choice(others or self.bases)
-            raise UnknownOutcome(f"no MCP session on {self.base}") from exc
+            raise UnknownOutcome(f"no MCP session on {self.base}", seen) from exc
         self._holder, self.sessions = (holder, done), self.sessions + 1
         return self
 
@@ -379,10 +389,11 @@ class McpSurface:
                 if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
                     raise
                 shown = f"MCPError {exc.message!r}" if isinstance(exc, MCPError) else ""
-                self.reports[f"{shown or type(exc).__name__}: unknown outcome"] += 1
+                seen = f"{shown or type(exc).__name__}: unknown outcome"
+                self.reports[seen] += 1
                 if client is None:
                     await self._lost()
-                raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}") from exc
+                raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}", seen) from exc
             self.answered += 1
             block = result.content[0]
             assert isinstance(block, TextContent)
@@ -396,8 +407,9 @@ class McpSurface:
                 await asyncio.sleep(0.2)
                 continue
             if error["type"] == "store_unavailable":
-                self.reports["store_unavailable: unknown outcome"] += 1
-                raise UnknownOutcome(f"{tool}: store_unavailable")
+                seen = "store_unavailable: unknown outcome"
+                self.reports[seen] += 1
+                raise UnknownOutcome(f"{tool}: store_unavailable", seen)
             if error["type"] in ("not_found", "version_conflict", "contention_exhausted"):
                 return {"error": error}
             raise RuntimeError(f"{tool}{args}: {block.text}")
@@ -447,8 +459,9 @@ class McpSurface:
         except UnknownOutcome:
             raise
         except Exception as exc:
-            self.reports[f"a reading session: {type(exc).__name__}"] += 1
-            raise UnknownOutcome(f"no reading session on {self.base}") from exc
+            seen = f"a reading session: {type(exc).__name__}"
+            self.reports[seen] += 1
+            raise UnknownOutcome(f"no reading session on {self.base}", seen) from exc
         if "error" in body or body.get("more"):
             raise RuntimeError(f"read_new_events did not read the whole log: {body}")
         events: list[dict[str, Any]] = body["events"]
