@@ -58,12 +58,11 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry
 
-from agentrooms.bench.backends import Target
-from agentrooms.bench.raw import RawDoc, open_raw
 from agentrooms.commit import Change, Intent, View, Where, commit
 from agentrooms.crdt import GCounter, sync
 from agentrooms.errors import ContentionExhausted, LockHeld, StaleFence, VersionConflict
 from agentrooms.metrics import Metrics
+from agentrooms.reliability.stores import Target
 from agentrooms.retry import (
     Backoff,
     Decorrelated,
@@ -79,6 +78,7 @@ from agentrooms.store.base import (
     TransactResult,
 )
 from agentrooms.store.wrap import Forwarding
+from agentrooms_bench.raw import RawDoc, open_raw
 
 __all__ = [
     "HIDDEN",
