@@ -46,15 +46,12 @@ import collections
 import contextlib
 import hashlib
 import json
-import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrooms.commit import Change, Intent, View, Where
 from agentrooms.errors import (
@@ -68,7 +65,7 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentrooms.metrics import Metrics, default_metrics
+from agentrooms.metrics import WriterMetrics, default_writer_metrics
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.follow import follow
 from agentrooms.rooms.locks import Lock, Locks
@@ -220,98 +217,6 @@ class DeadLetter:
 
 def _outcome(intent_id: str, item: dict[str, Any]) -> IntentOutcome:
     return IntentOutcome(intent_id, item["status"], item.get("reason"), item.get("seq"))
-
-
-# ----------------------------------------------------------------------------- metrics
-
-
-class WriterMetrics:
-    """Queue depth, apply latency, queue wait and outcomes of designated writers, next to
-    (composition, not extension) the commit loop's :class:`~agentrooms.metrics.Metrics`.
-
-    Labels are bounded: ``outcome`` is ``applied``, ``rejected`` or ``dead`` (anything else
-    is a ``ValueError``), and a ``room``/``queue`` depth series lives only while a writer of
-    this process serves that queue (:meth:`forget` drops it when the writer stops)."""
-
-    def __init__(
-        self, registry: CollectorRegistry | None = None, commit: Metrics | None = None
-    ) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.commit = commit if commit is not None else Metrics(self.registry)
-        self._depth = Gauge(
-            "agentrooms_writer_queue_depth",
-            "Intents submitted and not yet settled",
-            ["room", "queue"],
-            registry=self.registry,
-        )
-        self._apply = Histogram(
-            "agentrooms_writer_apply_seconds",
-            "Time to apply one intent (read, decide, conditional write)",
-            registry=self.registry,
-        )
-        self._wait = Histogram(
-            "agentrooms_writer_queue_wait_seconds",
-            "Store-clock time from submission to outcome",
-            registry=self.registry,
-        )
-        self._outcomes = Counter(
-            "agentrooms_writer_intents",
-            "Settled intents by outcome",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self._lock = threading.Lock()
-        self._recent: collections.deque[float] = collections.deque(maxlen=10_000)
-        self._counts: collections.Counter[str] = collections.Counter()
-        self._depths: dict[tuple[str, str], int] = {}
-
-    def depth(self, room: str, queue: str, depth: int) -> None:
-        with self._lock:  # with forget's, so a dropped series is not half set again
-            self._depth.labels(room, queue).set(depth)
-            self._depths[(room, queue)] = depth
-
-    def forget(self, room: str, queue: str) -> None:
-        """Drop the depth series of a queue this process no longer serves."""
-        with self._lock:
-            if self._depths.pop((room, queue), None) is None:
-                return
-            self._depth.remove(room, queue)
-
-    def settled(self, outcome: str, apply_seconds: float, wait_seconds: float | None) -> None:
-        if outcome not in (APPLIED, REJECTED, DEAD):
-            raise ValueError(f"unknown intent outcome {outcome!r}")
-        self._outcomes.labels(outcome).inc()
-        self._apply.observe(apply_seconds)
-        if wait_seconds is not None:
-            self._wait.observe(max(0.0, wait_seconds))
-        with self._lock:
-            self._counts[outcome] += 1
-            self._recent.append(apply_seconds)
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            latency = sorted(self._recent)
-            return {
-                "depth": dict(self._depths),
-                "outcomes": dict(self._counts),
-                "apply_p50": latency[len(latency) // 2] if latency else 0.0,
-                "apply_p99": latency[min(len(latency) - 1, int(0.99 * len(latency)))]
-                if latency
-                else 0.0,
-            }
-
-
-_default: WriterMetrics | None = None
-_default_lock = threading.Lock()
-
-
-def default_writer_metrics() -> WriterMetrics:
-    """Process-wide writer metrics on prometheus-client's default registry."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = WriterMetrics(REGISTRY, default_metrics())
-        return _default
 
 
 # ------------------------------------------------------------------------------ queue

@@ -130,3 +130,20 @@ def test_writer_depth_series_ends_with_its_writer() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_every_metric_is_defined_in_the_metrics_module() -> None:
+    """A Counter, Gauge, Histogram or Summary is made only in agentrooms/metrics.py."""
+    import re
+    from pathlib import Path
+
+    import agentrooms
+
+    package = Path(agentrooms.__file__).parent
+    maker = re.compile(r"\b(Counter|Gauge|Histogram|Summary|Info|Enum)\(\s*\"agentrooms_")
+    defining = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if maker.search(path.read_text())
+    )
+    assert defining == ["metrics.py"]
