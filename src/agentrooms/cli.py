@@ -220,6 +220,16 @@ def _report(exc: AgentroomsError, url: str | None = None) -> int:
     return exit_code(exc)
 
 
+def _need_server(command: str) -> None:
+    """Exit with a usage error naming the ``server`` extra if it is not installed."""
+    from agentrooms.extras import MissingExtra, require
+
+    try:
+        require("server", command)
+    except MissingExtra as exc:
+        fail("not_installed", exc, EXIT_USAGE)
+
+
 def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
     """Open the store, run ``work``, close it; a typed error becomes one line on stderr
     and the exit code of its family."""
@@ -295,6 +305,7 @@ def serve(
     ] = 1.0,
 ) -> None:
     """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
+    _need_server("agentrooms serve")
     from agentrooms.server import AuthConfig, HttpLimits, check_bind
     from agentrooms.server import serve as run_server
 
@@ -329,6 +340,7 @@ def mcp(
     """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
 
     stdout carries only the protocol: the store it serves and any error go to stderr."""
+    _need_server("agentrooms mcp")
     from agentrooms.server.mcp.stdio import run_stdio
 
     _prepare(url)
