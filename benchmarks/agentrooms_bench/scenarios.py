@@ -434,7 +434,8 @@ class DesignatedWriter(Scenario):
         self._task = asyncio.create_task(self.writer.run(self._stop))
 
     def agent(self, i: int) -> Op:
-        from agentrooms.writer import APPLIED, REJECTED, IntentQueue
+        from agentrooms.writer import IntentQueue
+        from agentrooms.writer.model import APPLIED, REJECTED
 
         store, name = AgentStore(self.env.store(i)), agent_name(i)
         room = Rooms(store, metrics=self.env.metrics).room(self.env.room)
