@@ -274,12 +274,13 @@ class WriterMetrics:
 
 
 _default_writer: WriterMetrics | None = None
+_default_writer_lock = threading.Lock()  # apart from _default_lock, which it nests
 
 
 def default_writer_metrics() -> WriterMetrics:
     """Process-wide writer metrics on prometheus-client's default registry."""
     global _default_writer
-    with _default_lock:
+    with _default_writer_lock:
         if _default_writer is None:
             _default_writer = WriterMetrics(REGISTRY, default_metrics())
         return _default_writer
@@ -287,13 +288,14 @@ def default_writer_metrics() -> WriterMetrics:
 
 _http_errors: Counter | None = None
 _mcp_errors: Counter | None = None
+_errors_lock = threading.Lock()
 
 
 def count_http_error(kind: str) -> None:
     """Count an error response of the HTTP API by error type in
     ``agentrooms_http_errors_total`` (default registry)."""
     global _http_errors
-    with _default_lock:
+    with _errors_lock:
         if _http_errors is None:
             _http_errors = Counter(
                 "agentrooms_http_errors",
@@ -308,7 +310,7 @@ def count_mcp_error(kind: str) -> None:
     """Count an MCP tool error by type in ``agentrooms_mcp_errors_total`` (default
     registry, served by the HTTP API's ``/metrics``)."""
     global _mcp_errors
-    with _default_lock:
+    with _errors_lock:
         if _mcp_errors is None:
             _mcp_errors = Counter(
                 "agentrooms_mcp_errors",

@@ -147,3 +147,18 @@ def test_every_metric_is_defined_in_the_metrics_module() -> None:
         if maker.search(path.read_text())
     )
     assert defining == ["metrics.py"]
+
+
+def test_the_default_writer_metrics_share_the_default_commit_metrics() -> None:
+    """Made once per process, nesting the default commit metrics (without deadlocking)."""
+    import threading
+
+    from agentrooms.metrics import default_metrics, default_writer_metrics
+
+    made: list[WriterMetrics] = []
+    worker = threading.Thread(target=lambda: made.append(default_writer_metrics()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert made, "default_writer_metrics() did not return"
+    assert made[0] is default_writer_metrics()
+    assert made[0].commit is default_metrics()
