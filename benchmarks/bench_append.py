@@ -15,7 +15,7 @@ round by round in one run, each on a fresh database in the same directory:
   to blocking SQLite pays per call;
 * ``ours: store.transact``: the real thing, ``await store.transact(room, appends=...)``;
 * ``eventsourcing``: ``app.save`` of an aggregate with one new event, on the calling
-  thread (if installed: ``agentrooms[bench]``).
+  thread (if installed: ``agentrooms-bench``).
 
 Prints the median microseconds per append of each arm and its ratio to eventsourcing.
 
@@ -39,14 +39,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import machine
-
 from agentrooms.store import open_store
 from agentrooms.store.sqlite.config import parse_url
 from agentrooms.store.sqlite.engine import Engine
 from agentrooms.store.sqlite.operations import Operations
 from agentrooms.store.types import Append, Limits
 from agentrooms.store.validation import prepare_transact
+from common import machine
 
 Arm = Callable[[Path, int], float]  # (fresh directory, appends) -> seconds per append
 
@@ -157,7 +156,7 @@ def ours(where: Path, n: int) -> float:
 def eventsourcing(where: Path, n: int) -> float:
     from eventsourcing.application import Application
 
-    from agentrooms.bench.peers import _es_counter
+    from agentrooms_bench.peers import _es_counter
 
     counter_class = _es_counter()  # the bench cell's aggregate, defined once per process
     env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(where / "es.db")}
@@ -191,7 +190,7 @@ def main() -> None:
     if importlib.util.find_spec("eventsourcing") is not None:
         arms["eventsourcing"] = eventsourcing
     else:
-        print("eventsourcing is not installed (agentrooms[bench]): its arm is skipped")
+        print("eventsourcing is not installed (agentrooms-bench): its arm is skipped")
     print(machine())
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:

@@ -36,8 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import machine, ms, store_url, unique
-
 from agentrooms.commit import Change, View, commit
 from agentrooms.errors import ContentionExhausted
 from agentrooms.retry import (
@@ -50,6 +48,7 @@ from agentrooms.retry import (
     RetryPolicy,
 )
 from agentrooms.store import Put, Store, open_store
+from common import machine, ms, store_url, unique
 
 BASE, CAP = DEFAULT_BASE, 0.25  # the library's base (--base); a shorter cap than its 0.5 s
 ROUNDS = 5  # bursts per policy (--rounds)

@@ -6,7 +6,7 @@ times, holding it 1 ms. Ours queue (``wait_acquire``); a waiter in another proce
 learns of its handoff from the room's log (Redis: a blocking read; PostgreSQL:
 ``LISTEN``/``NOTIFY``; SQLite: the store thread's poll for other processes' commits).
 python-redis-lock's agents are threads, woken by ``BLPOP``. Ours run on
-:mod:`agentrooms.bench.loop` (asyncio with timer waits to the microsecond, so a 1 ms
+:mod:`agentrooms_bench.loop` (asyncio with timer waits to the microsecond, so a 1 ms
 hold lasts as long as a thread's ``time.sleep``). A warm-up round per process
 first, so process start-up is not timed. Reports acquisitions/s (median over
 ``--repeat``) and the ratio to python-redis-lock. Ours run twice: agents that
@@ -31,11 +31,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import REDIS_URL, machine, store_url, unique
-
-from agentrooms.bench import loop as bench_loop
 from agentrooms.rooms import Rooms
 from agentrooms.store import open_store
+from agentrooms_bench import loop as bench_loop
+from common import REDIS_URL, machine, store_url, unique
 
 HOLD = 0.001
 

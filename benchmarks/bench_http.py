@@ -61,10 +61,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from common import Arm, machine, ms, ratio_stats, store_url, unique
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
+
+from common import Arm, machine, ms, ratio_stats, store_url, unique
 
 HOST = "127.0.0.1"
 ECHO = "/v1/bench/echo"

@@ -30,13 +30,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from common import store_url
-
 from agentrooms.rooms import Lock, Room, Rooms
 from agentrooms.store import open_store
 from agentrooms.store.base import Store
 from agentrooms.store.types import Prepared, ScanPage, Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
+from common import store_url
 
 IMPLS = ("ours-queued", "ours-queued-fused", "ours-requeue", "python-redis-lock")
 
@@ -175,9 +174,9 @@ async def trips(backend: str) -> None:
 
 
 async def _cells(impls: list[str], duration: float, rep: int) -> dict[str, float]:
-    from agentrooms.bench import peers
-    from agentrooms.bench.backends import provision
-    from agentrooms.bench.runner import Settings
+    from agentrooms.reliability.stores import provision
+    from agentrooms_bench import peers
+    from agentrooms_bench.runner import Settings
 
     settings = Settings(("log",), (1,), (0.0,), repetitions=1, duration=duration)
     rates: dict[str, float] = {}
@@ -236,7 +235,7 @@ def main() -> None:
     elif args.command == "contest":
         contest(args.impls.split(","), args.repeat, args.duration, args.before)
     else:
-        from agentrooms.bench import loop as bench_loop
+        from agentrooms_bench import loop as bench_loop
 
         rates = bench_loop.run(_cells(args.impls.split(","), args.duration, args.rep))
         print(json.dumps(rates))

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import REDIS_URL, CpuMeter, machine, ms, store_url, unique
 from prometheus_client import CollectorRegistry
 
 from agentrooms.commit import Change, View
@@ -52,6 +51,7 @@ from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Put, Store, open_store
+from common import REDIS_URL, CpuMeter, machine, ms, store_url, unique
 
 TASKS = 3000
 

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, ms, store_url, unique
-
 from agentrooms.sourcing import Aggregate, Aggregates, DomainEvent
 from agentrooms.store import open_store
+from common import machine, ms, store_url, unique
 
 
 def fold(state: dict[str, Any], event: DomainEvent) -> dict[str, Any]:

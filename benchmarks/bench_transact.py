@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agentrooms.store import Put, VersionIs, open_store
 from common import (
     REDIS_URL,
     Arm,
@@ -40,8 +41,6 @@ from common import (
     spread,
     unique,
 )
-
-from agentrooms.store import Put, VersionIs, open_store
 
 WRITERS = 8
 PAYLOAD = {"n": 0, "pad": "x" * 100}

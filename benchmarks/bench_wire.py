@@ -24,13 +24,12 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from common import REDIS_URL, drop_redis_prefix, machine, unique
-
 from agentrooms.store import Put, open_store
 from agentrooms.store.redis.backend import RedisStore
 from agentrooms.store.redis.keys import room_keys
 from agentrooms.store.redis.scripts import READ
 from agentrooms.store.redis.wire import dial, pack_command
+from common import REDIS_URL, drop_redis_prefix, machine, unique
 
 Op = Callable[[], Awaitable[object]]
 

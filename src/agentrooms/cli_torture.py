@@ -80,9 +80,9 @@ def torture(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentrooms.bench.backends import backend_of
     from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
     from agentrooms.errors import AgentroomsError, BadRequest
+    from agentrooms.reliability.stores import backend_of
     from agentrooms.reliability.torture import (
         HistoryResult,
         Settings,

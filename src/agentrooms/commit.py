@@ -217,7 +217,7 @@ class _Loop:
 
 
 HOT_FOR = 1.0  # seconds a key stays hot after its last conflict
-_RNG = random.Random()  # the jitter's default source (seeding one per commit costs ~12 us)
+_RNG = random.Random()  # the jitter's default source, one per process (docs/why.md)
 
 
 class _Turns:

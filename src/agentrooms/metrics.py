@@ -1,4 +1,11 @@
-"""Contention metrics, separated by kind, for Prometheus and for an in-process snapshot.
+"""Every Prometheus metric of agentrooms, defined here and nowhere else.
+
+* :class:`Metrics`: the commit loop's contention metrics, by kind;
+* :class:`WriterMetrics`: designated writers' queues (depth, apply latency, outcomes);
+* :func:`count_http_error`, :func:`count_mcp_error`: error responses of the HTTP API and
+  MCP tool errors, by error type, on the default registry (served at ``/metrics``).
+
+The commit loop's metrics, separated by kind, for Prometheus and an in-process snapshot:
 
 Kinds (one counter each, never lumped together): ``conflict``, ``invalid_transition``,
 ``contention_exhausted``, ``transport_failure``, ``rate_limited``, ``stale_fence``.
@@ -21,7 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "KINDS",
@@ -30,9 +37,14 @@ __all__ = [
     "NO_PREFIX",
     "OTHER_PREFIX",
     "OUTCOMES",
+    "WRITER_OUTCOMES",
     "BoundedLabel",
     "Metrics",
+    "WriterMetrics",
+    "count_http_error",
+    "count_mcp_error",
     "default_metrics",
+    "default_writer_metrics",
 ]
 
 KINDS = (
@@ -46,6 +58,7 @@ KINDS = (
 
 
 OUTCOMES = ("ok", "error")
+WRITER_OUTCOMES = ("applied", "rejected", "dead")
 MAX_PREFIXES = 32
 MAX_PREFIX_LENGTH = 64
 NO_PREFIX = "(none)"
@@ -182,3 +195,127 @@ def default_metrics() -> Metrics:
         if _default is None:
             _default = Metrics(REGISTRY)
         return _default
+
+
+class WriterMetrics:
+    """Queue depth, apply latency, queue wait and outcomes of designated writers, next to
+    (composition, not extension) the commit loop's :class:`Metrics`.
+
+    Labels are bounded: ``outcome`` is ``applied``, ``rejected`` or ``dead`` (anything else
+    is a ``ValueError``), and a ``room``/``queue`` depth series lives only while a writer of
+    this process serves that queue (:meth:`forget` drops it when the writer stops)."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, commit: Metrics | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.commit = commit if commit is not None else Metrics(self.registry)
+        self._depth = Gauge(
+            "agentrooms_writer_queue_depth",
+            "Intents submitted and not yet settled",
+            ["room", "queue"],
+            registry=self.registry,
+        )
+        self._apply = Histogram(
+            "agentrooms_writer_apply_seconds",
+            "Time to apply one intent (read, decide, conditional write)",
+            registry=self.registry,
+        )
+        self._wait = Histogram(
+            "agentrooms_writer_queue_wait_seconds",
+            "Store-clock time from submission to outcome",
+            registry=self.registry,
+        )
+        self._outcomes = Counter(
+            "agentrooms_writer_intents",
+            "Settled intents by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._lock = threading.Lock()
+        self._recent: collections.deque[float] = collections.deque(maxlen=10_000)
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._depths: dict[tuple[str, str], int] = {}
+
+    def depth(self, room: str, queue: str, depth: int) -> None:
+        with self._lock:  # with forget's, so a dropped series is not half set again
+            self._depth.labels(room, queue).set(depth)
+            self._depths[(room, queue)] = depth
+
+    def forget(self, room: str, queue: str) -> None:
+        """Drop the depth series of a queue this process no longer serves."""
+        with self._lock:
+            if self._depths.pop((room, queue), None) is None:
+                return
+            self._depth.remove(room, queue)
+
+    def settled(self, outcome: str, apply_seconds: float, wait_seconds: float | None) -> None:
+        if outcome not in WRITER_OUTCOMES:
+            raise ValueError(f"unknown intent outcome {outcome!r}")
+        self._outcomes.labels(outcome).inc()
+        self._apply.observe(apply_seconds)
+        if wait_seconds is not None:
+            self._wait.observe(max(0.0, wait_seconds))
+        with self._lock:
+            self._counts[outcome] += 1
+            self._recent.append(apply_seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            latency = sorted(self._recent)
+            return {
+                "depth": dict(self._depths),
+                "outcomes": dict(self._counts),
+                "apply_p50": latency[len(latency) // 2] if latency else 0.0,
+                "apply_p99": latency[min(len(latency) - 1, int(0.99 * len(latency)))]
+                if latency
+                else 0.0,
+            }
+
+
+_default_writer: WriterMetrics | None = None
+_default_writer_lock = threading.Lock()  # apart from _default_lock, which it nests
+
+
+def default_writer_metrics() -> WriterMetrics:
+    """Process-wide writer metrics on prometheus-client's default registry."""
+    global _default_writer
+    with _default_writer_lock:
+        if _default_writer is None:
+            _default_writer = WriterMetrics(REGISTRY, default_metrics())
+        return _default_writer
+
+
+_http_errors: Counter | None = None
+_mcp_errors: Counter | None = None
+_errors_lock = threading.Lock()
+
+
+def count_http_error(kind: str) -> None:
+    """Count an error response of the HTTP API by error type in
+    ``agentrooms_http_errors_total`` (default registry)."""
+    global _http_errors
+    with _errors_lock:
+        if _http_errors is None:
+            _http_errors = Counter(
+                "agentrooms_http_errors",
+                "Error responses of the HTTP API, by error type",
+                ["type"],
+                registry=REGISTRY,
+            )
+    _http_errors.labels(kind).inc()
+
+
+def count_mcp_error(kind: str) -> None:
+    """Count an MCP tool error by type in ``agentrooms_mcp_errors_total`` (default
+    registry, served by the HTTP API's ``/metrics``)."""
+    global _mcp_errors
+    with _errors_lock:
+        if _mcp_errors is None:
+            _mcp_errors = Counter(
+                "agentrooms_mcp_errors",
+                "MCP tool errors, by error type",
+                ["type"],
+                registry=REGISTRY,
+            )
+    _mcp_errors.labels(kind).inc()

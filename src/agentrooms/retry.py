@@ -12,14 +12,12 @@ and Jitter": with ``exp = min(cap, base * 2**attempt)``
 Each is a pure function of the attempt number, the previous delay and a random source,
 so tests pass a seeded ``random.Random`` and check the exact delays.
 
-Choosing ``base`` (default ``DEFAULT_BASE`` = 32 ms, cap 500 ms): a jittered window
-spreads contending writers only once it is about as wide as all of them committing one
-after another, so the default starts wide enough for a herd of writers on one record to
-spread within a doubling or two (measured in BENCHMARKS.md section 2). The cost is a
-longer tail for contended commits. Where conflicts are rare and a millisecond matters,
-pass a smaller base (``FullJitter(base=0.002)``), as room operations do
-(``rooms.scope.ROOM_POLICY``: their re-read settles a conflict). Writers of one process
-need neither: the commit loop's local turns queue them.
+Choosing ``base`` (default ``DEFAULT_BASE`` = 32 ms, cap 500 ms): the default is wide
+enough for a herd of writers on one record to spread, at the cost of a longer tail for
+contended commits. Where conflicts are rare and a millisecond matters, pass a smaller
+base (``FullJitter(base=0.002)``), as room operations do (``rooms.scope.ROOM_POLICY``).
+Writers of one process need neither: the commit loop's local turns queue them. Why:
+docs/why.md ("Backoff bases").
 """
 
 from __future__ import annotations

@@ -259,8 +259,8 @@ def test_exit_codes_are_the_documented_table() -> None:
         for code, words in re.findall(r"^\| (\d) \| (.+) \|$", text, re.MULTILINE)
     )
     assert sorted(table) == [0, 1, 2, 3, 4, 5, 6]
-    from agentrooms.bench.suite import EXIT_FAILED, EXIT_LOST
-    from agentrooms.bench.suite import EXIT_USAGE as BENCH_USAGE
+    from agentrooms_bench.suite import EXIT_FAILED, EXIT_LOST
+    from agentrooms_bench.suite import EXIT_USAGE as BENCH_USAGE
 
     assert (EXIT_OK, EXIT_FINDING, EXIT_CRASHED) == (0, 1, 3)
     assert (EXIT_LOST, BENCH_USAGE, EXIT_FAILED) == (EXIT_FINDING, EXIT_USAGE, EXIT_CRASHED)

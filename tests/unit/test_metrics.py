@@ -130,3 +130,35 @@ def test_writer_depth_series_ends_with_its_writer() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_every_metric_is_defined_in_the_metrics_module() -> None:
+    """A Counter, Gauge, Histogram or Summary is made only in agentrooms/metrics.py."""
+    import re
+    from pathlib import Path
+
+    import agentrooms
+
+    package = Path(agentrooms.__file__).parent
+    maker = re.compile(r"\b(Counter|Gauge|Histogram|Summary|Info|Enum)\(\s*\"agentrooms_")
+    defining = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if maker.search(path.read_text())
+    )
+    assert defining == ["metrics.py"]
+
+
+def test_the_default_writer_metrics_share_the_default_commit_metrics() -> None:
+    """Made once per process, nesting the default commit metrics (without deadlocking)."""
+    import threading
+
+    from agentrooms.metrics import default_metrics, default_writer_metrics
+
+    made: list[WriterMetrics] = []
+    worker = threading.Thread(target=lambda: made.append(default_writer_metrics()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert made, "default_writer_metrics() did not return"
+    assert made[0] is default_writer_metrics()
+    assert made[0].commit is default_metrics()

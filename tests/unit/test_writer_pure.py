@@ -21,14 +21,10 @@ from agentrooms.store.types import (
     SetRemove,
     Snapshot,
 )
-from agentrooms.writer import (
-    QueueKeys,
-    _apply_intent,
-    _Step,
-    _Throughput,
-    decode_intent,
-    encode_intent,
-)
+from agentrooms.writer import decode_intent, encode_intent
+from agentrooms.writer.model import QueueKeys
+from agentrooms.writer.transitions import _apply_intent, _Step
+from agentrooms.writer.worker import _Throughput
 
 Q = QueueKeys("main")
 LOCK = Lock("r", "writer.main", "w1", "tok", 4, 0.0, 10.0)

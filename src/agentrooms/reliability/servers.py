@@ -24,7 +24,7 @@ import httpx2
 
 __all__ = ["ServerProcess", "free_port", "kill_process", "stop_process"]
 
-START_TIMEOUT = 180.0  # a bound on a restart, not a fault: generous, as a loaded machine imports slowly
+START_TIMEOUT = 180.0  # a bound on a restart, not a fault: a loaded machine imports slowly
 
 
 def free_port() -> int:

@@ -93,10 +93,8 @@ class Task:
         return cls(**value, version=version)
 
     def to_value(self) -> dict[str, Any]:
-        """The stored value: every field but ``version``, one level deep (not
-        ``dataclasses.asdict``, which deep-copies the payload and result: a sixth of a
-        claim's client CPU at 64 agents). Values are immutable here, and the store
-        serializes what it is given."""
+        """The stored value: every field but ``version``, copied one level deep (values
+        are immutable here, and the store serializes what it is given)."""
         return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     def replace(self, **changes: Any) -> Task:

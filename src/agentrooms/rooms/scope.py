@@ -25,11 +25,8 @@ from agentrooms.store.types import Absent, Append, Compare, Present, Snapshot, T
 
 E = TypeVar("E")
 
-# Room operations decide on their re-read: a claim, a lock take, a conditional document
-# write or a cursor move that conflicts mostly finds the task claimed, the lock held, the
-# version moved or the cursor ahead, and stops. They keep the 2 ms backoff base they were
-# measured with (BENCHMARKS.md section 3), not the commit loop's default, which is sized
-# for herds of writers recomputing one value (retry.py, BENCHMARKS.md section 2).
+# Room operations retry with a 2 ms backoff base, not the commit loop's default: their
+# re-read mostly settles a conflict (docs/why.md, "Backoff bases").
 ROOM_POLICY = RetryPolicy(backoff=FullJitter(base=0.002))
 
 

@@ -7,15 +7,19 @@
     serve("sqlite:///agentrooms.db", "127.0.0.1", 8080, AuthConfig(dev=True))
 
 Tokens are minted, revoked and listed with :func:`mint`, :func:`revoke` and
-:func:`list_tokens` (the CLI wraps them).
+:func:`list_tokens` (the CLI wraps them); these, :class:`AuthConfig` and
+:class:`HttpLimits` work without the ``server`` extra. :func:`create_app`,
+:class:`Perimeter` and :func:`serve` need it (FastAPI, uvicorn, the MCP SDK) and raise
+:class:`~agentrooms.extras.MissingExtra` naming it when it is not installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from agentrooms.server.app import create_app
+from agentrooms.extras import require
 from agentrooms.server.auth import (
     SCOPES,
     AuthConfig,
@@ -27,8 +31,11 @@ from agentrooms.server.auth import (
     revoke,
 )
 from agentrooms.server.limits import HttpLimits
-from agentrooms.server.perimeter import LOOPBACK_HOSTS, Perimeter, redact_tokens
 from agentrooms.store import Limits, open_store
+
+if TYPE_CHECKING:
+    from agentrooms.server.app import create_app
+    from agentrooms.server.perimeter import Perimeter
 
 __all__ = [
     "LOOPBACK",
@@ -48,6 +55,21 @@ __all__ = [
 ]
 
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
+
+
+def __getattr__(name: str) -> object:
+    """``create_app`` and ``Perimeter``, imported on first use (they need the extra)."""
+    if name == "create_app":
+        require("server", "agentrooms.server.create_app")
+        from agentrooms.server.app import create_app
+
+        return create_app
+    if name == "Perimeter":
+        require("server", "agentrooms.server.Perimeter")
+        from agentrooms.server.perimeter import Perimeter
+
+        return Perimeter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_bind(host: str, auth: AuthConfig) -> None:
@@ -81,6 +103,7 @@ def serve(
     access log never shows a token's secret."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
+    require("server", "agentrooms serve")
     asyncio.run(
         _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, log_level, mcp)
     )
@@ -98,7 +121,9 @@ async def _serve(
 ) -> None:
     import uvicorn
 
+    from agentrooms.server.app import create_app
     from agentrooms.server.mcp.http import McpHttp, mount_mcp
+    from agentrooms.server.perimeter import LOOPBACK_HOSTS, Perimeter
     from agentrooms.server.protocol import protocol_for
 
     store = await open_store(store_url, limits=store_limits)
@@ -132,6 +157,8 @@ async def _serve(
 def _redact(record: logging.LogRecord) -> bool:
     """An access-log filter: no token secret is ever written (the perimeter also
     replaces a query string that carries one)."""
+    from agentrooms.server.perimeter import redact_tokens
+
     if isinstance(record.args, tuple):
         record.args = tuple(redact_tokens(a) if isinstance(a, str) else a for a in record.args)
     return True

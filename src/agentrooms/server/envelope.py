@@ -16,13 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import REGISTRY, Counter
 from pydantic import BaseModel, Field, JsonValue
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
@@ -36,7 +34,7 @@ from agentrooms.errors import (
     StoreUnavailable,
     Unauthorized,
 )
-from agentrooms.metrics import default_metrics
+from agentrooms.metrics import count_http_error, default_metrics
 
 __all__ = [
     "ErrorBody",
@@ -96,23 +94,6 @@ class _EnvelopeResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, allow_nan=False).encode()
 
 
-_counter: Counter | None = None
-_counter_lock = threading.Lock()
-
-
-def _count(kind: str) -> None:
-    global _counter
-    with _counter_lock:
-        if _counter is None:
-            _counter = Counter(
-                "agentrooms_http_errors",
-                "Error responses of the HTTP API, by error type",
-                ["type"],
-                registry=REGISTRY,
-            )
-    _counter.labels(kind).inc()
-
-
 def _json_safe(value: Any) -> Any:
     """``details`` as plain JSON (non-finite floats and unknown objects as strings)."""
     if isinstance(value, Mapping):
@@ -133,7 +114,7 @@ def envelope(
     details: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    _count(kind)
+    count_http_error(kind)
     body = {"error": {"type": kind, "message": message, "details": _json_safe(details or {})}}
     return _EnvelopeResponse(body, status_code=status, headers=dict(headers or {}))
 

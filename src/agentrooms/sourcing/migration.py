@@ -1,6 +1,6 @@
 """Expand / migrate / contract: change a projection's layout without stopping readers.
 
-Seed 002's discipline for schema changes, as a state machine recorded in
+The discipline for schema changes, as a state machine recorded in
 ``projmig/<name>`` and moved only by conditional writes::
 
     (none) ──expand──> expanding ──migrate──> migrated ──contract──> contracting ──> contracted

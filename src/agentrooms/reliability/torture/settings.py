@@ -112,7 +112,7 @@ class Settings:
         if self.histories is None and self.minutes is None:
             raise Unsupported("give a number of histories or of minutes")
         if self.url is not None:
-            from agentrooms.bench.backends import backend_of
+            from agentrooms.reliability.stores import backend_of
 
             if backend_of(self.url) != self.backend:
                 raise Unsupported(f"the URL {self.url!r} is not a {self.backend} store")

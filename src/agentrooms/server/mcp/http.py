@@ -48,6 +48,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentrooms.errors import AgentroomsError, Unauthorized
+from agentrooms.metrics import count_mcp_error
 from agentrooms.server import check_bind
 from agentrooms.server.auth import (
     AuthConfig,
@@ -61,7 +62,6 @@ from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import body_too_large
 from agentrooms.server.mcp.server import AgentroomsMCP, build_mcp
-from agentrooms.server.mcp.tools import count_error
 from agentrooms.store import Limits, open_store
 from agentrooms.store.base import Store
 
@@ -172,7 +172,7 @@ class McpHttp:
         """``413`` with a JSON-RPC error the client passes on as the call's answer (its
         ``id`` is null: the request was not read)."""
         hint = body_too_large(self.limits)
-        count_error(hint.type)
+        count_mcp_error(hint.type)
         data = {"type": hint.type, "message": hint.message, "details": hint.details}
         error = {"code": INVALID_REQUEST, "message": hint.text, "data": data}
         body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, ensure_ascii=False)

@@ -23,13 +23,14 @@ from pydantic import ValidationError
 
 from agentrooms import __version__
 from agentrooms.errors import AgentroomsError, NotFound
+from agentrooms.metrics import count_mcp_error
 from agentrooms.rooms import keys
 from agentrooms.server.auth import SCOPES, AuthConfig, Principal
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
-from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools, count_error
+from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools
 from agentrooms.store.base import Store
 
 __all__ = ["INSTRUCTIONS", "AgentroomsMCP", "build_mcp"]
@@ -127,7 +128,7 @@ class AgentroomsMCP(MCPServer[Any]):
                     names = list(tool.parameters.get("properties", {}))
                     refused = validation_hint(name, exc.__cause__, names)
             hint = refused
-        count_error(hint.type)
+        count_mcp_error(hint.type)
         return error_result(hint)
 
     async def run_stdio_async(self) -> None:

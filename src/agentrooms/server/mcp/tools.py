@@ -12,13 +12,11 @@ a call whose answer was lost applies nothing twice.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
-from prometheus_client import REGISTRY, Counter
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agentrooms.errors import (
@@ -31,6 +29,7 @@ from agentrooms.errors import (
     Unauthorized,
     VersionConflict,
 )
+from agentrooms.metrics import count_mcp_error
 from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.documents import check_doc_name
@@ -51,7 +50,7 @@ from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN
 from agentrooms.store.base import Store
 from agentrooms.store.types import Event
 
-__all__ = ["RoomTools", "TaskIn", "count_error"]
+__all__ = ["RoomTools", "TaskIn"]
 
 log = logging.getLogger("agentrooms.server.mcp")
 
@@ -103,25 +102,6 @@ class TaskIn(BaseModel):
         default_factory=list, max_length=1000, description="ids of tasks that must be done first"
     )
     max_attempts: int = Field(default=3, ge=1, le=1000)
-
-
-_errors: Counter | None = None
-_errors_lock = threading.Lock()
-
-
-def count_error(kind: str) -> None:
-    """Count a tool error by type in ``agentrooms_mcp_errors_total`` (default registry,
-    served by the HTTP API's ``/metrics``)."""
-    global _errors
-    with _errors_lock:
-        if _errors is None:
-            _errors = Counter(
-                "agentrooms_mcp_errors",
-                "MCP tool errors, by error type",
-                ["type"],
-                registry=REGISTRY,
-            )
-    _errors.labels(kind).inc()
 
 
 def _rounded(value: float | None) -> float | None:
@@ -194,7 +174,7 @@ class RoomTools:
                 "the server failed unexpectedly (it is logged)",
                 "retry once with the same request_id; if it fails again, report it",
             )
-        count_error(hint.type)
+        count_mcp_error(hint.type)
         return error_result(hint)
 
     def charge(self, principal: Principal) -> None:

@@ -13,7 +13,7 @@ queue and are sent together, as one batch in one statement (``batches.py``;
 ``transact()`` applies a batch one transact after the other, each all or nothing), when
 it returns. One agent
 alone never waits for this; many agents of one process share the append lock's turns
-and the flushes. Measured in BENCHMARKS.md §3.
+and the flushes (docs/why.md).
 
 Sets live in one table ordered for picking (``set_pick``: ``FOR UPDATE SKIP LOCKED`` on
 that order, so concurrent pickers get different members). ``watch`` is woken by

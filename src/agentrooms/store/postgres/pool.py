@@ -1,8 +1,6 @@
 """The PostgreSQL backend's connection pool: as small as what the store needs.
 
-Why not ``asyncpg.Pool``: each of its calls costs about as much client CPU as the short
-statement it runs (every release runs in a new task under ``asyncio.shield``, resets the
-session and re-arms a timer), and the store's calls are short statements. This pool:
+Why not ``asyncpg.Pool``: docs/why.md ("The PostgreSQL pool"). This pool:
 
 * opens at most ``size`` connections, on demand, and reuses the most recent idle one;
 * runs nothing on release: the store's sessions keep no state between statements (no

@@ -1,13 +1,7 @@
 """The hot path's connection to Redis: commands written as they come, replies parsed by
 hiredis and handed back in order.
 
-Why not redis-py's asyncio connection here. Per command it takes a connection from a
-pool under a lock, checks it, writes through a ``StreamWriter`` and reads through a
-``StreamReader`` into its parser, then gives the connection back under the lock again.
-Measured on this project's machines that is about 60 us of client CPU per command,
-against under 30 us for the same command written on an ``asyncio.Protocol`` with the same
-hiredis parser (``benchmarks/bench_wire.py`` measures both side by side). Every store
-call is one command, so on Redis that difference is most of the client's cost of a call.
+Why not redis-py's asyncio connection: docs/why.md ("The Redis client of the hot path").
 
 A :class:`Wire` is one connection (TCP, or TLS over TCP) that carries any number of
 commands at once. :meth:`Wire.call` writes its command at once, without waiting for the
@@ -15,9 +9,8 @@ replies to earlier ones (Redis answers one connection's commands in the order th
 and returns a future that :meth:`Wire.data_received` settles with the reply when its turn
 comes. So concurrent callers pipeline without a pool: one connection, and one read per
 burst of replies. A command sent while others are in flight waits for the end of the
-event loop's turn, and goes in one write with every other command sent in that turn
-(a write is a system call on each side: under load, they are most of the cost of a small
-command). A command sent alone is written at once.
+event loop's turn, and goes in one write with every other command sent in that turn. A
+command sent alone is written at once.
 
 * An error reply settles only its own caller's future, with ``ResponseError``
   (``NoScriptError`` for an unknown script), as redis-py's would.
@@ -27,9 +20,8 @@ command). A command sent alone is written at once.
   ``ConnectionError``: those commands' outcomes are unknown. A wire never reconnects;
   its owner dials a new one (:func:`dial`).
 * A wire given a ``deadline`` closes itself (as above) when a reply is that many seconds
-  late: a connection that stopped answering is dropped rather than waited on. One timer
-  per wire, re-armed from the oldest command still waiting, does that: a timer per call
-  (``asyncio.timeout``) would cost about 5 us of CPU per command, a tenth of a call.
+  late: a connection that stopped answering is dropped rather than waited on (one timer
+  per wire, re-armed from the oldest command still waiting).
 
 The connection is set up from the same URL options as redis-py's (host and port, TLS from
 ``rediss://`` and its ``ssl_*`` parameters, username and password, database number,
@@ -61,8 +53,7 @@ _pack = cast("Callable[[tuple[Arg, ...]], bytes]", hiredis.pack_command)
 
 def pack_evalsha(sha: str, keys: Sequence[Arg], args: Sequence[Arg]) -> list[bytes]:
     """``EVALSHA sha numkeys *keys *args`` as a RESP array of bulk strings: the bytes
-    redis-py's ``pack_command`` makes, made by hiredis's packer in C (a lock handoff's
-    810 bytes in 2.3 us, against 6.4 us for the loop in Python this replaced)."""
+    redis-py's ``pack_command`` makes, made by hiredis's packer."""
     return [_pack(("EVALSHA", sha, len(keys), *keys, *args))]
 
 

@@ -1,4 +1,4 @@
-"""The benchmarks' event loop (agentrooms.bench.loop): epoll, waited for through select."""
+"""The benchmarks' event loop (agentrooms_bench.loop): epoll, waited for through select."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agentrooms.bench import loop
+from agentrooms_bench import loop
 
 pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="epoll is Linux's")
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agentrooms.bench.backends import Target, _without_query, unique
+from agentrooms.reliability.stores import Target, unique, without_query
 
 __all__ = ["RawDoc", "open_raw"]
 
@@ -116,7 +116,7 @@ class RawPostgres(RawDoc):
         import asyncpg
 
         pool = await asyncpg.create_pool(
-            _without_query(dsn), min_size=1, max_size=max(1, connections)
+            without_query(dsn), min_size=1, max_size=max(1, connections)
         )
         table = unique("arbench_raw").replace("-", "_")
         await pool.execute(

@@ -28,9 +28,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentrooms.bench.backends import Target
-from agentrooms.bench.records import OpRecord
-from agentrooms.bench.scenarios import (
+from agentrooms.reliability.stores import Target
+from agentrooms_bench.records import OpRecord
+from agentrooms_bench.scenarios import (
     Applied,
     CellEnv,
     Op,

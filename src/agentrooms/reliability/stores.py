@@ -1,14 +1,15 @@
-"""The stores a run measures, each isolated to the run.
+"""The stores a benchmark or torture run uses, each isolated to the run.
 
-``--backends sqlite,redis,postgres`` uses the default local servers (overridable with
-``AGENTROOMS_BENCH_REDIS_URL`` / ``AGENTROOMS_BENCH_POSTGRES_URL``) and isolates the run:
+A backend name (``memory``, ``sqlite``, ``redis``, ``postgres``) uses the default local
+server (overridable with ``AGENTROOMS_BENCH_REDIS_URL`` / ``AGENTROOMS_BENCH_POSTGRES_URL``)
+and isolates the run:
 
 * sqlite: a fresh file in a temporary directory (removed afterwards);
 * redis: a key prefix unique to the run (its keys are deleted afterwards);
 * postgres: a temporary database, dropped afterwards (``WITH (FORCE)``);
 * memory: the in-process store.
 
-``--url`` measures one given store instead (rooms unique to each cell; raw baselines in
+A given store URL is used as it is instead (rooms unique to each cell; raw baselines in
 a temporary SQLite file, a unique Redis key prefix, or a table created and dropped in
 the given PostgreSQL database).
 """
@@ -28,7 +29,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from agentrooms.errors import BadRequest
 from agentrooms.store import Store, StoreInfo, open_store
 
-__all__ = ["BACKENDS", "Target", "backend_of", "provision", "reachable"]
+__all__ = [
+    "BACKENDS",
+    "Target",
+    "backend_of",
+    "provision",
+    "reachable",
+    "unique",
+    "without_query",
+]
 
 BACKENDS = ("memory", "sqlite", "redis", "postgres")
 REDIS_URL = os.environ.get("AGENTROOMS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -63,7 +72,7 @@ def _with_query(url: str, **params: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
 
 
-def _without_query(url: str) -> str:
+def without_query(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
@@ -141,7 +150,7 @@ async def _postgres_database(admin_url: str) -> AsyncIterator[str]:
     import asyncpg
 
     name = unique("agentrooms_bench").replace("-", "_")
-    admin = await asyncpg.connect(_without_query(admin_url))
+    admin = await asyncpg.connect(without_query(admin_url))
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
         try:
@@ -161,7 +170,7 @@ async def provision(name: str | None = None, url: str | None = None) -> AsyncIte
         if url is not None:
             target = Target(backend_of(url), url, scratch)
             if target.name == "redis":
-                target.redis_url = _without_query(url)
+                target.redis_url = without_query(url)
             elif target.name == "postgres":
                 target.postgres_dsn = url
             try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrooms.bench.report import Group, Report
+from agentrooms_bench.report import Group, Report
 
 __all__ = ["available", "plot_report"]
 

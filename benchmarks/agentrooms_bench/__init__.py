@@ -13,8 +13,8 @@ Speed is measured here, never asserted in tests (DESIGN.md section 6): every fig
 next to the raw client doing the same work in the same run.
 """
 
-from agentrooms.bench.runner import Settings
-from agentrooms.bench.scenarios import HIDDEN, POLICIES
-from agentrooms.bench.suite import run_bench
+from agentrooms_bench.runner import Settings
+from agentrooms_bench.scenarios import HIDDEN, POLICIES
+from agentrooms_bench.suite import run_bench
 
 __all__ = ["HIDDEN", "POLICIES", "Settings", "run_bench"]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrooms.bench.records import OpRecord, Output
-from agentrooms.bench.runner import Ledger, verify
-from agentrooms.bench.scenarios import Applied, Outcome
 from agentrooms.cli import app
+from agentrooms_bench.records import OpRecord, Output
+from agentrooms_bench.runner import Ledger, verify
+from agentrooms_bench.scenarios import Applied, Outcome
 
 runner = CliRunner()
 TINY = ["--duration", "0.05", "--warmup", "0.01", "--repetitions", "1", "--no-plots"]
@@ -135,7 +135,7 @@ def test_event_sourcing_peers_on_sqlite_with_one_and_several_writers(tmp_path: P
     """Our aggregate store, our room log and ``eventsourcing`` append the same events,
     by one writer and by EVENT_WRITERS at once; every cell checks none was lost."""
     pytest.importorskip("eventsourcing")
-    from agentrooms.bench.peers import EVENT_WRITERS
+    from agentrooms_bench.peers import EVENT_WRITERS
 
     out = tmp_path / "events"
     code, output = bench(

@@ -58,12 +58,11 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry
 
-from agentrooms.bench.backends import Target
-from agentrooms.bench.raw import RawDoc, open_raw
 from agentrooms.commit import Change, Intent, View, Where, commit
 from agentrooms.crdt import GCounter, sync
 from agentrooms.errors import ContentionExhausted, LockHeld, StaleFence, VersionConflict
 from agentrooms.metrics import Metrics
+from agentrooms.reliability.stores import Target
 from agentrooms.retry import (
     Backoff,
     Decorrelated,
@@ -76,6 +75,7 @@ from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Append, Put, Store
 from agentrooms.store.types import Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
+from agentrooms_bench.raw import RawDoc, open_raw
 
 __all__ = [
     "HIDDEN",
@@ -431,7 +431,8 @@ class DesignatedWriter(Scenario):
         self._task = asyncio.create_task(self.writer.run(self._stop))
 
     def agent(self, i: int) -> Op:
-        from agentrooms.writer import APPLIED, REJECTED, IntentQueue
+        from agentrooms.writer import IntentQueue
+        from agentrooms.writer.model import APPLIED, REJECTED
 
         store, name = AgentStore(self.env.store(i)), agent_name(i)
         room = Rooms(store, metrics=self.env.metrics).room(self.env.room)

@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentrooms.bench.records import Output
-from agentrooms.bench.scenarios import DESCRIPTIONS
+from agentrooms_bench.records import Output
+from agentrooms_bench.scenarios import DESCRIPTIONS
 
 __all__ = ["Group", "Report", "build_report", "machine"]
 
@@ -82,7 +82,7 @@ def machine() -> dict[str, Any]:
 
 def _selector() -> str | None:
     """The running event loop's selector (``PreciseEpollSelector``: timer waits to the
-    microsecond, :mod:`agentrooms.bench.loop`), if any."""
+    microsecond, :mod:`agentrooms_bench.loop`), if any."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:

@@ -30,7 +30,7 @@
   (LangGraph's unit of state), closed loop; the check counts the checkpoints stored.
 
 A peer whose package is missing is skipped with a note (``pip install
-'agentrooms[bench]'``); nothing here is needed by the library itself.
+agentrooms-bench``); nothing here is needed by the library itself.
 """
 
 from __future__ import annotations
@@ -47,15 +47,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from agentrooms.bench.backends import Target, _without_query, unique
-from agentrooms.bench.records import OpRecord
-from agentrooms.bench.runner import Settings, summarize
 from agentrooms.commit import Change, View, commit
 from agentrooms.errors import LockHeld
+from agentrooms.reliability.stores import Target, unique, without_query
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import Rooms
 from agentrooms.sourcing import Aggregate, Aggregates, DomainEvent
 from agentrooms.store import Append, Put
+from agentrooms_bench.records import OpRecord
+from agentrooms_bench.runner import Settings, summarize
 
 __all__ = ["PeerSpec", "peer_specs", "run_peer"]
 
@@ -101,7 +101,7 @@ def peer_specs(
             if installed(module):
                 locks.append(impl)
             else:
-                notes.append(f"{impl}: {package} is not installed (agentrooms[bench])")
+                notes.append(f"{impl}: {package} is not installed (agentrooms-bench)")
     for rep in reps:
         for impl in locks:
             for agents in dict.fromkeys((1, settings.lock_agents)):
@@ -109,7 +109,7 @@ def peer_specs(
     if name in ("sqlite", "postgres"):
         events = ["ours-aggregate", "ours-log"]
         if not installed("eventsourcing"):
-            notes.append("eventsourcing: not installed (agentrooms[bench])")
+            notes.append("eventsourcing: not installed (agentrooms-bench)")
         elif name == "postgres" and not isolated:
             notes.append("eventsourcing: skipped on a given --url (it would create tables there)")
         else:
@@ -120,7 +120,7 @@ def peer_specs(
     if name == "postgres":
         ckpt = ["ours-commit"]
         if not installed("langgraph.checkpoint.postgres"):
-            notes.append("langgraph-checkpoint-postgres: not installed (agentrooms[bench])")
+            notes.append("langgraph-checkpoint-postgres: not installed (agentrooms-bench)")
         elif not isolated:
             notes.append("langgraph: skipped on a given --url (it would create tables there)")
         else:
@@ -564,7 +564,7 @@ def _eventsourcing(target: Target, writers: int, per: int) -> _Peer:
             "SQLITE_DBNAME": str(target.scratch / f"{unique('eventsourcing')}.db"),
         }
     else:
-        parts = urlsplit(_without_query(target.postgres_dsn or ""))
+        parts = urlsplit(without_query(target.postgres_dsn or ""))
         env = {
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
             "POSTGRES_DBNAME": parts.path.lstrip("/"),
@@ -686,7 +686,7 @@ async def _langgraph(spec: PeerSpec, target: Target, settings: Settings) -> _Pee
     from psycopg.rows import dict_row
     from psycopg_pool import AsyncConnectionPool
 
-    dsn = _without_query(target.postgres_dsn or "")
+    dsn = without_query(target.postgres_dsn or "")
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         dsn,
         min_size=1,

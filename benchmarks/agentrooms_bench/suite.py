@@ -19,12 +19,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from agentrooms.bench.backends import Target, backend_of, provision, reachable
-from agentrooms.bench.peers import PeerSpec, peer_specs, run_peer
-from agentrooms.bench.plots import available as plots_available
-from agentrooms.bench.plots import plot_report
-from agentrooms.bench.records import Output
-from agentrooms.bench.report import (
+from agentrooms.reliability.stores import Target, backend_of, provision, reachable
+from agentrooms_bench.peers import PeerSpec, peer_specs, run_peer
+from agentrooms_bench.plots import available as plots_available
+from agentrooms_bench.plots import plot_report
+from agentrooms_bench.records import Output
+from agentrooms_bench.report import (
     build_report,
     machine,
     markdown,
@@ -32,8 +32,8 @@ from agentrooms.bench.report import (
     write_csv,
     write_peer_csv,
 )
-from agentrooms.bench.runner import CellSpec, Settings, run_cell
-from agentrooms.bench.scenarios import writer_available
+from agentrooms_bench.runner import CellSpec, Settings, run_cell
+from agentrooms_bench.scenarios import writer_available
 
 __all__ = ["EXIT_FAILED", "EXIT_LOST", "EXIT_USAGE", "run_bench"]
 
@@ -59,9 +59,9 @@ async def _store_info(target: Target) -> dict[str, Any]:
     if target.name == "postgres" and target.postgres_dsn:
         import asyncpg
 
-        from agentrooms.bench.backends import _without_query
+        from agentrooms.reliability.stores import without_query
 
-        conn = await asyncpg.connect(_without_query(target.postgres_dsn))
+        conn = await asyncpg.connect(without_query(target.postgres_dsn))
         try:
             data["details"]["server_version"] = await conn.fetchval("SHOW server_version")
         finally:
@@ -206,7 +206,7 @@ async def run_bench(
     if plots and plots_available():
         paths = plot_report(report, out.path / "plots")
     elif plots:
-        run.notes.append("plots: matplotlib is not installed (agentrooms[bench])")
+        run.notes.append("plots: matplotlib is not installed (agentrooms-bench)")
     (out.path / "summary.md").write_text(markdown(report, meta, paths), encoding="utf-8")
     write_csv(report, out.path / "summary.csv")
     write_peer_csv(report, out.path / "peers.csv")

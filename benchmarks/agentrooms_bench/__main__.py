@@ -1,0 +1,5 @@
+"""``python -m agentrooms_bench``: the same command as ``agentrooms bench``."""
+
+from agentrooms_bench.cli import main
+
+main()

@@ -1,0 +1,226 @@
+"""What every command of the ``agentrooms`` command line shares: exit codes, literal
+printing, the default store, the ``--url`` option and running a command against a store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from agentrooms.errors import (
+    AgentroomsError,
+    BadRequest,
+    ContentionExhausted,
+    CursorCompacted,
+    Held,
+    IdempotencyMismatch,
+    InvalidTransition,
+    NotFound,
+    RateLimited,
+    RequestError,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
+from agentrooms.store import Store, open_store
+
+T = TypeVar("T")
+
+# ------------------------------------------------------------------------ exit codes
+
+EXIT_OK = 0  # the command did its job
+EXIT_FINDING = 1  # it ran, and reports a problem: doctor's unsafe settings, bench's lost update
+EXIT_USAGE = 2  # the command line or its input is wrong (click's usage errors too)
+EXIT_CRASHED = 3  # bench: a cell crashed (a rerun with the same --out retries it)
+EXIT_NOT_FOUND = 4  # no such room, task or token
+EXIT_REFUSED = 5  # the store's state refuses the command: conflict, held, stale, ...
+EXIT_UNAVAILABLE = 6  # the store cannot be opened, did not answer, or is busy: retry later
+
+EXIT_CODES: dict[type[AgentroomsError], int] = {
+    NotFound: EXIT_NOT_FOUND,
+    RequestError: EXIT_USAGE,  # bad_request, payload_too_large, unauthorized, forbidden
+    VersionConflict: EXIT_REFUSED,
+    StaleFence: EXIT_REFUSED,
+    InvalidTransition: EXIT_REFUSED,
+    IdempotencyMismatch: EXIT_REFUSED,
+    Held: EXIT_REFUSED,  # lease_held, lock_held
+    CursorCompacted: EXIT_REFUSED,
+    StoreUnavailable: EXIT_UNAVAILABLE,
+    RateLimited: EXIT_UNAVAILABLE,
+    ContentionExhausted: EXIT_UNAVAILABLE,
+}
+"""The exit code of each error family; a subclass takes its nearest listed ancestor's."""
+
+
+def exit_code(exc: AgentroomsError) -> int:
+    """The exit code for ``exc`` (:data:`EXIT_CODES`); ``LookupError`` for a kind the table
+    does not cover (a bug in the table, never a silent default)."""
+    for kind in type(exc).__mro__:
+        if kind in EXIT_CODES:
+            return EXIT_CODES[kind]
+    raise LookupError(f"no exit code for {type(exc).__name__}")
+
+
+# --------------------------------------------------------------------------- printing
+
+console = Console(markup=False, emoji=False, highlight=False)
+err_console = Console(stderr=True, markup=False, emoji=False, highlight=False)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def literal(value: object, style: str = "") -> Text:
+    """``str(value)`` as the characters to print: never markup or emoji codes, and every
+    control character but tab and newline shown as an escape (``\\x1b``), so that text an
+    agent wrote can neither vanish, crash the printer nor drive the terminal."""
+    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)), style=style)
+
+
+def say(*parts: str | Text) -> None:
+    """One line on stdout, unwrapped; ``str`` parts are printed literally."""
+    console.print(
+        Text.assemble(*(literal(p) if isinstance(p, str) else p for p in parts)), soft_wrap=True
+    )
+
+
+def _error_line(code: str, message: object) -> None:
+    """``<code>: <message>`` as one line on stderr (a newline in it shown as ``\\n``)."""
+    text = str(message).replace("\n", "\\n")
+    err_console.print(Text.assemble(literal(code, "red"), ": ", literal(text)), soft_wrap=True)
+
+
+def fail(code: str, message: object, exit_with: int) -> NoReturn:
+    """Print ``<code>: <message>`` as one line on stderr and exit with ``exit_with``."""
+    _error_line(code, message)
+    raise typer.Exit(exit_with)
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+# ---------------------------------------------------------------------- default store
+
+
+def default_store() -> Path:
+    """The default store's file: ``$XDG_DATA_HOME/agentrooms/agentrooms.db`` where
+    ``XDG_DATA_HOME`` is an absolute path, else ``~/.local/share/agentrooms/agentrooms.db``
+    (the XDG base directory rule); ``RuntimeError`` if the home folder is unknown."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "agentrooms" / "agentrooms.db"
+
+
+def _default_url() -> str:
+    try:
+        return "sqlite:///" + quote(str(default_store()), safe="/")
+    except RuntimeError:  # no HOME and no password entry: there is no per-user folder
+        return NO_DEFAULT
+
+
+NO_DEFAULT = "(none: set XDG_DATA_HOME or HOME, or give --url)"
+DEFAULT_URL = _default_url()
+
+
+UrlOption = Annotated[
+    str,
+    typer.Option(
+        "--url",
+        envvar="AGENTROOMS_URL",
+        help="Store URL: sqlite:///path.db, redis://host:6379/0, postgresql://..., memory://",
+    ),
+]
+RoomArg = Annotated[str, typer.Argument(help="Room name")]
+
+
+def _prepare(url: str) -> None:
+    """Check a SQLite URL and make its file's folder; a URL that is wrong exits with
+    ``EXIT_USAGE`` and a folder that cannot be made or written ``EXIT_UNAVAILABLE``,
+    each with one line on stderr."""
+    if url == NO_DEFAULT:
+        fail(
+            "bad_request",
+            "there is no default store: set XDG_DATA_HOME or HOME, or give --url",
+            EXIT_USAGE,
+        )
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return
+    from agentrooms.store.sqlite.config import parse_url
+
+    try:
+        config = parse_url(url)
+    except BadRequest as exc:
+        fail(exc.code, exc, exit_code(exc))
+    if config.in_memory:
+        return
+    path = Path(config.path).absolute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        fail(
+            "store_unavailable",
+            f"cannot create the folder {path.parent} of the store {path}: {why}",
+            EXIT_UNAVAILABLE,
+        )
+    if not path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+        why = "its folder is not writable"
+        fail("store_unavailable", f"cannot create the store {path}: {why}", EXIT_UNAVAILABLE)
+
+
+def _report(exc: AgentroomsError, url: str | None = None) -> int:
+    """Print ``exc`` as one line on stderr (naming the store it could not reach) and
+    return its exit code."""
+    message = str(exc)
+    if isinstance(exc, StoreUnavailable) and url is not None:
+        message += f" (store {shown_url(url)})"
+    _error_line(exc.code, message)
+    return exit_code(exc)
+
+
+def _need_server(command: str) -> None:
+    """Exit with a usage error naming the ``server`` extra if it is not installed."""
+    from agentrooms.extras import MissingExtra, require
+
+    try:
+        require("server", command)
+    except MissingExtra as exc:
+        fail("not_installed", exc, EXIT_USAGE)
+
+
+def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store, run ``work``, close it; a typed error becomes one line on stderr
+    and the exit code of its family."""
+
+    async def main() -> T:
+        store = await open_store(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    _prepare(url)
+    try:
+        return asyncio.run(main())
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+
+
+def _when(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    delta = ts - now
+    return f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"

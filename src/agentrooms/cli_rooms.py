@@ -1,0 +1,235 @@
+"""``agentrooms rooms``, ``plan``, ``tail`` and ``tokens``: the commands that look at and
+change what a store holds."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from agentrooms.cli_common import (
+    DEFAULT_URL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    RoomArg,
+    UrlOption,
+    _run,
+    _when,
+    console,
+    fail,
+    literal,
+    say,
+    shown_url,
+)
+from agentrooms.rooms import Rooms
+from agentrooms.store import Store
+
+rooms_app = typer.Typer(help="Create, list, archive and delete rooms.", no_args_is_help=True)
+plan_app = typer.Typer(help="Look at a room's plan.", no_args_is_help=True)
+tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_help=True)
+
+
+# ----------------------------------------------------------------------------- rooms
+
+
+@rooms_app.command("list")
+def rooms_list(
+    url: UrlOption = DEFAULT_URL,
+    archived: Annotated[bool, typer.Option("--archived", help="Include archived rooms")] = False,
+) -> None:
+    """List rooms with their newest event and ready tasks (or say which store has none)."""
+    infos = _run(url, lambda store: Rooms(store).list(include_archived=archived))
+    if not infos:
+        say("no rooms in the store ", shown_url(url))
+        return
+    table = Table("room", "description", "events", "ready", "archived")
+    for info in infos:
+        table.add_row(
+            literal(info.name),
+            literal(info.description),
+            str(info.last_seq),
+            str(info.ready),
+            "yes" if info.archived else "",
+        )
+    console.print(table)
+
+
+@rooms_app.command("create")
+def rooms_create(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    description: Annotated[str, typer.Option(help="What the room is for")] = "",
+) -> None:
+    """Create a room."""
+    _run(url, lambda store: Rooms(store).create(room, description))
+    say("created room ", literal(room, "bold"), " in the store ", shown_url(url))
+
+
+@rooms_app.command("archive")
+def rooms_archive(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
+    """Make a room read-only."""
+    _run(url, lambda store: Rooms(store).archive(room))
+    say("archived room ", literal(room, "bold"))
+
+
+@rooms_app.command("delete")
+def rooms_delete(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask")] = False,
+) -> None:
+    """Delete a room and everything in it."""
+    if not yes:
+        typer.confirm(f"delete room {room!r} and everything in it?", abort=True)
+    _run(url, lambda store: Rooms(store).delete(room))
+    say("deleted room ", literal(room, "bold"))
+
+
+# ------------------------------------------------------------------------------ plan
+
+
+@plan_app.command("show")
+def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
+    """The plan as a tree of dependencies, with owners, leases and fencing tokens."""
+
+    async def work(store: Store) -> tuple[list[Any], float]:
+        tasks = await Rooms(store).room(room).plan.tasks()
+        return tasks, (await store.read(room, [])).now
+
+    tasks, now = _run(url, work)
+    by_id = {t.id: t for t in tasks}
+    colour = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
+    tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
+
+    def label(task: Any) -> Text:
+        text = Text.assemble(literal(f"{task.status:9}", colour.get(task.status, "")), " ")
+        text.append_text(literal(task.id))
+        if task.title:
+            text.append_text(literal(f"  {task.title}"))
+        if task.status == "claimed":
+            lease = _when(task.lease_expires, now)
+            text.append_text(literal(f"  owner={task.owner} fence={task.fence} lease {lease}"))
+        elif task.owner:
+            text.append_text(literal(f"  by {task.owner} (fence {task.fence})"))
+        return text
+
+    def add(node: Tree, task: Any, path: frozenset[str]) -> None:
+        child = node.add(label(task))
+        for dependent in task.dependents:
+            if dependent in by_id and dependent not in path:
+                add(child, by_id[dependent], path | {dependent})
+
+    for task in tasks:
+        if not any(dep in by_id for dep in task.deps):
+            add(tree, task, frozenset({task.id}))
+    console.print(tree)
+
+
+# ------------------------------------------------------------------------------ tail
+
+
+def tail(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    after: Annotated[
+        int | None, typer.Option("--after", help="Start after this sequence (default: now)")
+    ] = None,
+    count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
+) -> None:
+    """Follow a room's events live (woken by the store; moves no agent's cursor).
+
+    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped."""
+
+    async def work(store: Store) -> None:
+        events = Rooms(store).room(room).events
+        await events.read(0, 1)  # NotFound for a room that does not exist
+        position = await store.last_seq(room) if after is None else after
+        shown = 0
+        while count is None or shown < count:
+            batch = await events.read(position, 100)
+            for event in batch:
+                data = json.dumps(event.data, ensure_ascii=False)
+                say(literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"), " ", data)
+                position = event.seq
+                shown += 1
+                if count is not None and shown >= count:
+                    return
+            if not batch:
+                await store.watch(room, position, 30)
+
+    try:
+        _run(url, work)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_OK) from None
+
+
+# ---------------------------------------------------------------------------- tokens
+
+
+@tokens_app.command("mint")
+def tokens_mint(
+    agent: Annotated[str, typer.Argument(help="The agent the token acts as")],
+    url: UrlOption = DEFAULT_URL,
+    rooms: Annotated[str, typer.Option(help="Comma-separated rooms, or *")] = "*",
+    scopes: Annotated[str, typer.Option(help="Comma-separated scopes")] = (
+        "plan:read,plan:write,lease:acquire,docs:read,docs:write,events:read,events:write,"
+        "presence:write,locks:write"
+    ),
+    role: Annotated[str | None, typer.Option(help="Role owning a document partition")] = None,
+    ttl: Annotated[float, typer.Option(help="Lifetime in seconds")] = 30 * 86_400.0,
+) -> None:
+    """Mint a bearer token; it is printed once and stored only hashed."""
+    from agentrooms.server import mint
+
+    room_list: list[str] | str = "*" if rooms.strip() == "*" else rooms.split(",")
+    minted = _run(
+        url,
+        lambda store: mint(
+            store, agent, rooms=room_list, scopes=scopes.split(","), role=role, ttl=ttl
+        ),
+    )
+    say(f"token id {minted.info.id} for agent ", agent, " (shown once):")
+    print(minted.token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token: Annotated[str, typer.Argument(help="Token id or the token itself")],
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """Revoke a token; ``not_found`` (exit 4) if there is no such live token."""
+    from agentrooms.server import revoke
+
+    if not _run(url, lambda store: revoke(store, token)):
+        fail("not_found", "no such token, or already revoked", EXIT_NOT_FOUND)
+    say("revoked")
+
+
+@tokens_app.command("list")
+def tokens_list(url: UrlOption = DEFAULT_URL) -> None:
+    """List tokens (never their secrets)."""
+    from agentrooms.server import list_tokens
+
+    async def work(store: Store) -> tuple[list[Any], float]:
+        return await list_tokens(store), (await store.read("_auth", [])).now
+
+    tokens, now = _run(url, work)
+    if not tokens:
+        say("no tokens in the store ", shown_url(url))
+        return
+    table = Table("id", "agent", "rooms", "scopes", "role", "expires", "revoked")
+    for t in tokens:
+        table.add_row(
+            literal(t.id),
+            literal(t.agent),
+            literal(t.rooms if isinstance(t.rooms, str) else ",".join(t.rooms)),
+            literal(",".join(t.scopes)),
+            literal(t.role or ""),
+            _when(t.expires_at, now),
+            _when(t.revoked_at, now) if t.revoked_at else "",
+        )
+    console.print(table)

@@ -1,0 +1,247 @@
+"""``agentrooms serve``, ``mcp``, ``doctor``, ``migrate``, ``demo`` and ``bench``: the
+commands that serve a store, check it, migrate its projections, or measure it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from agentrooms.cli_common import (
+    DEFAULT_URL,
+    EXIT_FINDING,
+    EXIT_OK,
+    EXIT_USAGE,
+    RoomArg,
+    UrlOption,
+    _need_server,
+    _prepare,
+    _report,
+    _run,
+    console,
+    err_console,
+    fail,
+    literal,
+    say,
+    shown_url,
+)
+from agentrooms.errors import (
+    AgentroomsError,
+    VersionConflict,
+)
+from agentrooms.store import Append, Put, Store, VersionIs
+
+# --------------------------------------------------------------------------- serving
+
+
+def _banner(url: str, host: str, port: int, dev: bool) -> list[Text]:
+    """What ``serve`` prints before it serves: where, how, the store, and its paths."""
+    shown = f"[{host}]" if ":" in host else host
+    mode = "dev mode, no tokens" if dev else "bearer tokens required (agentrooms tokens mint)"
+    return [
+        Text.assemble("agentrooms on ", literal(f"http://{shown}:{port}", "bold"), f"  ({mode})"),
+        Text.assemble(
+            "  store ",
+            literal(shown_url(url)),
+            "; API /v1, described at /openapi.json; ",
+            "MCP /mcp; metrics /metrics",
+        ),
+    ]
+
+
+def serve(
+    url: UrlOption = DEFAULT_URL,
+    host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
+    dev: Annotated[
+        bool,
+        typer.Option("--dev", help="No tokens: act as the agent in X-Agent (127.0.0.1 only)"),
+    ] = False,
+    max_header_bytes: Annotated[
+        int, typer.Option(help="Request line and headers, bytes (431 past it)")
+    ] = 32 * 1024,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds to send the request line and headers (408)")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds to send a body once the headers are in (408)")
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option(help="Requests served at once by this process (503 past it)")
+    ] = 1000,
+    max_streams_per_agent: Annotated[
+        int, typer.Option(help="Open event streams, and MCP listen streams, per agent (429)")
+    ] = 8,
+    auth_failures: Annotated[
+        int, typer.Option(help="Failed authentications per client address before 429")
+    ] = 20,
+    auth_failure_rate: Annotated[
+        float, typer.Option(help="Per second, refilling an address's failed-auth allowance")
+    ] = 1.0,
+) -> None:
+    """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
+    _need_server("agentrooms serve")
+    from agentrooms.server import AuthConfig, HttpLimits, check_bind
+    from agentrooms.server import serve as run_server
+
+    auth = AuthConfig(dev=dev)
+    try:
+        limits = HttpLimits(
+            max_header_bytes=max_header_bytes,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            max_connections=max_connections,
+            max_streams_per_agent=max_streams_per_agent,
+            auth_failures=auth_failures,
+            auth_failure_rate=auth_failure_rate,
+        )
+        check_bind(host, auth)
+    except ValueError as exc:
+        fail("bad_request", exc, EXIT_USAGE)
+    _prepare(url)
+    for line in _banner(url, host, port, dev):
+        console.print(line, soft_wrap=True)
+    run_server(url, host, port, auth, limits)
+
+
+def mcp(
+    agent: Annotated[str, typer.Option("--agent", help="The agent every call acts as")],
+    url: UrlOption = DEFAULT_URL,
+    rooms: Annotated[
+        str | None, typer.Option(help="Comma-separated rooms the agent may enter (default all)")
+    ] = None,
+) -> None:
+    """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
+
+    stdout carries only the protocol: the store it serves and any error go to stderr."""
+    _need_server("agentrooms mcp")
+    from agentrooms.server.mcp.stdio import run_stdio
+
+    _prepare(url)
+    err_console.print(
+        Text.assemble(
+            "agentrooms mcp: agent ", literal(agent), " on store ", literal(shown_url(url))
+        ),
+        soft_wrap=True,
+    )
+    try:
+        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+
+
+def doctor(url: UrlOption = DEFAULT_URL) -> None:
+    """Check the store connection and its durability settings, and say what is unsafe."""
+
+    async def work(store: Store) -> int:
+        info = await store.info()
+        snap = await store.read("doctor", ["probe"])
+        table = Table(show_header=False, box=None)
+        table.add_row("backend", info.backend)
+        table.add_row("url", literal(info.url))
+        table.add_row("store clock", f"{snap.now:.3f}")
+        if "clock" in info.details:
+            table.add_row("expiry judged by", literal(str(info.details["clock"])))
+        table.add_row("durability", literal(info.durability))
+        console.print(table)
+        for warning in info.warnings:
+            say(literal("warning:", "yellow"), " ", warning)
+        return EXIT_FINDING if info.warnings else EXIT_OK
+
+    raise typer.Exit(_run(url, work))
+
+
+# ------------------------------------------------------------------------- migrating
+
+
+def migrate(
+    room: RoomArg,
+    old: Annotated[str, typer.Argument(help="Old projection, as module:attribute")],
+    new: Annotated[str, typer.Argument(help="New projection, as module:attribute")],
+    url: UrlOption = DEFAULT_URL,
+    step: Annotated[
+        str, typer.Option(help="expand | migrate | contract | all | rollback | status")
+    ] = "status",
+) -> None:
+    """Expand / migrate / contract a projection to a new version without stopping readers."""
+    from agentrooms.sourcing.migration import migrate_projection
+
+    if step not in ("expand", "migrate", "contract", "all", "rollback", "status"):
+        fail("bad_request", f"unknown step {step!r}", EXIT_USAGE)
+    status = _run(url, lambda store: migrate_projection(store, room, old, new, step=step))  # type: ignore[arg-type]
+    say(
+        f"{status.name}: v{status.old} -> v{status.new}, phase {status.phase or 'not started'}, "
+        f"readers on v{status.active}; positions old {status.old_position}, "
+        f"new {status.new_position}, log head {status.head}"
+    )
+
+
+# ------------------------------------------------------------------------------ demo
+
+
+async def _demo(store: Store) -> None:
+    room = "demo"
+    snap = await store.read(room, ["report"])
+    version = snap.version("report")
+    if version is None:
+        created = await store.transact(room, writes=[Put("report", {"sections": []})])
+        version = created.versions["report"]
+    say(
+        "room ",
+        literal(room, "bold"),
+        " on ",
+        literal(store.backend, "cyan"),
+        f": report v{version}",
+    )
+
+    async def agent(name: str) -> str:
+        # both agents computed their change from the same version; only one may commit
+        sections = (await store.read(room, ["report"])).value("report")["sections"]
+        try:
+            await store.transact(
+                room,
+                compares=[VersionIs("report", version)],
+                writes=[Put("report", {"sections": [*sections, name]})],
+                appends=[Append("section_written", {"agent": name})],
+            )
+        except VersionConflict as exc:
+            return f"{name}: conflict, report is now v{exc.conflicts['report']}: re-read and retry"
+        return f"{name}: committed"
+
+    for line in await asyncio.gather(agent("agent-risk"), agent("agent-vendor")):
+        say("  " + line)
+    final = (await store.read(room, ["report"])).get("report")
+    assert final is not None
+    say(f"report v{final.version}: {final.value}")
+    last = await store.last_seq(room)
+    for event in await store.read_log(room, after=max(0, last - 3)):
+        say(f"  event #{event.seq} {event.type} {event.data}")
+
+
+def demo(url: UrlOption = DEFAULT_URL) -> None:
+    """Let two agents race one compare-and-set on the store, and read back the result."""
+    _run(url, _demo)
+
+
+# ----------------------------------------------------------------------------- bench
+
+BENCH_MISSING = (
+    "agentrooms bench needs the agentrooms-bench distribution (the benchmark suite and its "
+    "peer libraries): `pip install ./benchmarks` from a clone of the repository, or "
+    "`python3 dev.py cli bench` there"
+)
+
+
+def bench(ctx: typer.Context) -> None:
+    """Benchmark the write policies against the raw client and peer libraries (needs the
+    agentrooms-bench distribution; `agentrooms bench --help` lists its options)."""
+    try:
+        from agentrooms_bench.cli import app as bench_app
+    except ModuleNotFoundError as exc:
+        if exc.name != "agentrooms_bench":
+            raise
+        fail("not_installed", BENCH_MISSING, EXIT_USAGE)
+    bench_app(args=list(ctx.args), prog_name="agentrooms bench")

@@ -1,0 +1,55 @@
+"""The designated writer: agents submit conditional intents to a room's queue;
+one writer at a time applies them, in order, each as one conditional write.
+
+Layout of queue ``<q>`` in the room (default ``main``)::
+
+    event wq.submitted {queue, id, keys}  the queue's order: the room log's gapless seq,
+                                          assigned by the store, so submitting is one
+                                          append that never conflicts with another
+    wq/<q>/i/<id>      the intent as submitted, then its outcome: queued -> applied |
+                       rejected (a predicate did not hold) | dead (poison)
+    wq/<q>/cursor      the writer's position: seq of the last submission consumed, and
+                       its recent throughput (read by submitters told to back off)
+    wq/<q>/dead/<id>   dead letters: the intent, why it failed, how often
+    set wq:<q>:queued  ids submitted and not settled: the depth, O(1)
+    lock writer.<q>    the writer's fenced lock (rooms.locks)
+
+Rules:
+
+* **In order, exactly once.** The intent's writes, its outcome, the removal from the
+  queued set and the cursor's advance to its seq commit in *one* transact, which also
+  compares the cursor's version: an intent is applied exactly when the cursor passes it,
+  whoever the writer is and however often it restarts.
+* **Fenced.** Every write of the writer carries ``lock.guard()``; a writer whose lock was
+  taken over (``Locks.wait_acquire`` hands it to the standby once it expires) gets
+  ``StaleFence`` and steps down.
+* **Conditional intents.** Predicates (:class:`~agentrooms.commit.Where`) are evaluated
+  on the snapshot the write is conditioned on. A predicate that fails is an *outcome*
+  (``rejected``, with the failed predicates), never a crash.
+* **Poison.** An intent whose application raises (it cannot be decoded, the store
+  refuses its writes...) is retried; after ``max_failures`` it goes to the dead letters
+  with its reason, and the queue moves on. A store outage is not counted against it.
+* **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
+  ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput
+  (depth is checked, then the append made: concurrent submitters can overshoot the limit
+  by at most their number).
+* **Observable.** Every outcome is a ``wq.<applied|rejected|dead|skipped>`` event naming
+  the writer and its fence; ``wq.failed`` counts each exception of a poison intent.
+* **Retention.** Settled intents are kept ``retention`` seconds (a re-submitted id is
+  recognised meanwhile). Never trim the room log past :meth:`IntentQueue.position`.
+"""
+
+from agentrooms.metrics import WriterMetrics
+from agentrooms.writer.model import DeadLetter, IntentOutcome, decode_intent, encode_intent
+from agentrooms.writer.queue import IntentQueue
+from agentrooms.writer.worker import Writer
+
+__all__ = [
+    "DeadLetter",
+    "IntentOutcome",
+    "IntentQueue",
+    "Writer",
+    "WriterMetrics",
+    "decode_intent",
+    "encode_intent",
+]

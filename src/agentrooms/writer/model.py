@@ -1,0 +1,150 @@
+"""The queue's keys, the intent codec and the outcomes a submitter reads back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentrooms.commit import Intent, Where
+from agentrooms.errors import BadRequest
+from agentrooms.rooms import keys as room_keys
+from agentrooms.store.types import JSON, Append, Delete, Put, SetAdd, SetRemove, Write
+
+__all__ = [
+    "APPLIED",
+    "DEAD",
+    "QUEUED",
+    "REJECTED",
+    "RESERVED",
+    "SUBMITTED",
+    "DeadLetter",
+    "IntentOutcome",
+    "QueueKeys",
+    "decode_intent",
+    "encode_intent",
+]
+
+QUEUED, APPLIED, REJECTED, DEAD = "queued", "applied", "rejected", "dead"
+SUBMITTED = "wq.submitted"
+RESERVED = ("wq/", "wq:", "_ar/", "lock/", "lockfence/", "lockq/", room_keys.META)
+DEFAULT_RETRY_AFTER = 1.0  # when the writer's throughput is not known (or stale)
+STALE_RATE = 30.0  # seconds without a settled intent after which the throughput is stale
+OUTAGE_PAUSE = 0.5  # seconds a writer waits after the store failed before trying again
+
+
+# ------------------------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    name: str
+
+    @property
+    def cursor(self) -> str:
+        return f"wq/{self.name}/cursor"
+
+    @property
+    def queued(self) -> str:
+        return f"wq:{self.name}:queued"
+
+    @property
+    def lock(self) -> str:
+        return f"writer.{self.name}"
+
+    def item(self, intent_id: str) -> str:
+        return f"wq/{self.name}/i/{intent_id}"
+
+    def dead(self, intent_id: str = "") -> str:
+        return f"wq/{self.name}/dead/{intent_id}"
+
+
+# ------------------------------------------------------------------------------ codec
+
+
+def encode_intent(intent: Intent) -> dict[str, Any]:
+    """The JSON form of an intent (what is queued and sent over the wire)."""
+    writes: list[dict[str, Any]] = []
+    for w in intent.writes:
+        if isinstance(w, Put):
+            writes.append({"op": "put", "key": w.key, "value": w.value, "ttl": w.ttl})
+        elif isinstance(w, Delete):
+            writes.append({"op": "delete", "key": w.key})
+        elif isinstance(w, SetAdd | SetRemove):
+            op = "set_add" if isinstance(w, SetAdd) else "set_remove"
+            writes.append({"op": op, "name": w.name, "member": w.member})
+        else:
+            raise BadRequest(f"not a write: {w!r}")
+    return {
+        "when": [{"key": p.key, "path": p.path, "op": p.op, "value": p.value} for p in intent.when],
+        "writes": writes,
+        "appends": [{"type": a.type, "data": a.data} for a in intent.appends],
+    }
+
+
+def decode_intent(data: JSON) -> Intent:
+    """The intent from its JSON form; ``BadRequest`` naming what is wrong with it
+    (including writes to the keys the queue, the locks and the room reserve)."""
+    try:
+        when = [
+            Where(p["key"], p.get("path"), p.get("op", "exists"), p.get("value"))
+            for p in data["when"]
+        ]
+        writes = [_decode_write(w) for w in data["writes"]]
+        appends = [Append(a["type"], a.get("data")) for a in data["appends"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"malformed intent: {type(exc).__name__}: {exc}") from exc
+    for w in writes:
+        target = w.name if isinstance(w, SetAdd | SetRemove) else w.key
+        if (
+            not isinstance(target, str)
+            or target == room_keys.ARCHIVED
+            or target.startswith(RESERVED)
+        ):
+            raise BadRequest(f"an intent may not write the reserved key {target!r}")
+    return Intent(when, writes, appends)
+
+
+def _decode_write(w: dict[str, Any]) -> Write:
+    op = w["op"]
+    if op == "put":
+        return Put(w["key"], w.get("value"), w.get("ttl"))
+    if op == "delete":
+        return Delete(w["key"])
+    if op in ("set_add", "set_remove"):
+        return (SetAdd if op == "set_add" else SetRemove)(w["name"], w["member"])
+    raise BadRequest(f"unknown write op {op!r}")
+
+
+def _digest(payload: JSON) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class IntentOutcome:
+    id: str
+    status: str  # queued | applied | rejected | dead
+    reason: JSON = None  # the failed predicates, or why it went to the dead letters
+    seq: int | None = None  # its place in the queue (the submission's log seq), once settled
+
+    @property
+    def settled(self) -> bool:
+        return self.status != QUEUED
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: str
+    seq: int
+    intent: JSON
+    reason: JSON
+    failures: int
+
+
+def _outcome(intent_id: str, item: dict[str, Any]) -> IntentOutcome:
+    return IntentOutcome(intent_id, item["status"], item.get("reason"), item.get("seq"))
