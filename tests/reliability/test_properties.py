@@ -1,6 +1,7 @@
 """Fences, cursors and the outbox, recorded under faults on every backend and checked,
-through the library and (fences, cursors) through the HTTP API against several server
-processes; and each checker shown to flag a hand-made history that breaks its property."""
+through the library and (fences, cursors) through the HTTP API and MCP against several
+server processes; and each checker shown to flag a hand-made history that breaks its
+property."""
 
 from __future__ import annotations
 
@@ -200,6 +201,65 @@ async def test_cursors_deliver_every_event_once_over_http(
     assert procs[0].running
 
 
+async def test_fences_and_cursors_hold_over_mcp_under_client_and_server_kills(
+    servers: tuple[str, str, list[ServerProcess]], tmp_path: Path
+) -> None:
+    # both properties at once, to pay for the MCP worker processes' start-up once; a
+    # server is killed and restarted while both run, and workers are killed too
+    backend, url, procs = servers
+    bases = [p.base for p in procs]
+    fences_started, cursors_started = asyncio.Event(), asyncio.Event()
+    both = asyncio.Event()
+
+    async def when_both() -> None:
+        await fences_started.wait()
+        await cursors_started.wait()
+        both.set()
+
+    fault = asyncio.gather(when_both(), _kill_and_restart(procs[1], both))
+    fences, cursors = await asyncio.gather(
+        run_fences(
+            url,
+            _room("fences"),
+            workers=2,
+            seed=3,
+            workdir=tmp_path / "fences",
+            faults=True,
+            work=FenceWork(tasks=4, ttl=0.4, stall=0.5),
+            servers=bases,
+            surface="mcp",
+            started=fences_started,
+        ),
+        run_cursors(
+            url,
+            _room("cursors"),
+            workers=1,
+            seed=3,
+            workdir=tmp_path / "cursors",
+            faults=True,
+            work=CursorWork(events=12, batch=3, kills=1),
+            servers=bases,
+            surface="mcp",
+            started=cursors_started,
+        ),
+    )
+    await fault
+    for report in (fences, cursors):
+        print(
+            f"{backend} mcp {report.name}: {report.operations} ops, {report.unknown} unknown, "
+            f"{report.faults} faults, {report.counts}"
+        )
+    assert fences.ok, fences.anomalies
+    assert cursors.ok, cursors.anomalies
+    assert fences.counts["accepted"] == fences.counts["tasks"] == 4
+    assert fences.counts["stalls"] >= 1 and fences.faults >= 1
+    # consumers were killed; each of the two agents got every event once, but those a
+    # read whose answer was lost may have taken
+    assert cursors.counts["events"] == 13 and cursors.counts["kills"] >= 1
+    assert cursors.counts["delivered"] == 13 * 2 - cursors.counts["lost_to_unknown_reads"]
+    assert [f for _, f in procs[1].faults][-1:] == ["kill -9"] and procs[1].running
+
+
 # ------------------------------------------------------------- the checkers flag
 
 
@@ -296,6 +356,27 @@ def test_cursors_checker_flags_a_skipped_and_a_duplicated_event() -> None:
     assert any("cursor ends at 2" in a for a in check_cursors(good, 3, {"a": 2})[0])
     gap = [_read(1, "a", [1, 3], 0, 10)]
     assert any("not consecutive" in a for a in check_cursors(gap, 3, {"a": 3})[0])
+
+
+def test_cursors_checker_with_the_auto_ack_flags_a_duplicate_and_a_loss() -> None:
+    def read(client: int, seqs: list[int] | None, call: int, ret: int | None) -> Operation:
+        out = None if seqs is None else {"seqs": seqs}
+        return _op(client, "a", "read", {"limit": 5, "ack": "auto"}, out, call, ret)
+
+    good = [read(1, [1, 2], 0, 10), read(1, [3], 20, 30), read(1, [], 40, 50)]
+    assert check_cursors(good, 3, {"a": 3}, ack="auto")[0] == []
+    # a read whose answer was lost may have taken event 3: at most once, allowed
+    lost = [read(1, [1, 2], 0, 10), read(1, None, 20, None), read(2, [], 40, 50)]
+    found, counts = check_cursors(lost, 3, {"a": 3}, ack="auto")
+    assert found == [] and counts["lost_to_unknown_reads"] == 1
+    # an event delivered twice, and one skipped with no lost read to explain it
+    twice = [read(1, [1, 2], 0, 10), read(1, [2, 3], 20, 30)]
+    found, _ = check_cursors(twice, 3, {"a": 3}, ack="auto")
+    assert any("event 2 delivered 2 times" in a for a in found), found
+    skipped = [read(1, [1], 0, 10), read(1, [3], 20, 30)]
+    found, _ = check_cursors(skipped, 3, {"a": 3}, ack="auto")
+    assert any("started after 1, where no read ended" in a for a in found), found
+    assert any("events [2] never delivered" in a for a in found), found
 
 
 def test_outbox_checker_flags_a_double_performance() -> None:
