@@ -1,7 +1,9 @@
 """``agentrooms torture``: the reliability suite's long tier on one backend and surface.
 
 Registered by :mod:`agentrooms.cli`; the runner is
-:func:`agentrooms.reliability.torture.run_torture` (see docs/reliability.md). Exit codes
+:func:`agentrooms.reliability.torture.run_torture` (see docs/reliability.md), or with
+``--property fences|cursors|outbox``
+:func:`agentrooms.reliability.properties.runner.run_properties`. Exit codes
 follow the CLI's table: 0 when every history is linearizable with no anomaly, 1 when one
 is not (each such history saved with the command that replays it), 2 for a run that
 cannot be done as asked (``memory://`` over HTTP or MCP, a broken store over the network,
@@ -21,6 +23,7 @@ import typer
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from agentrooms.reliability.properties.runner import PropertySummary
     from agentrooms.reliability.torture import Summary
 
 __all__ = ["torture"]
@@ -66,6 +69,14 @@ def torture(
             "ignores-version-is, stale-reads, applies-twice, commit-drops-compares"
         ),
     ] = None,
+    property: Annotated[
+        str | None,
+        typer.Option(
+            "--property",
+            help="Check a property instead of linearizability: fences, cursors or outbox "
+            "(--histories counts its runs, --clients its workers)",
+        ),
+    ] = None,
 ) -> None:
     """Record and check many short concurrent histories under faults.
 
@@ -76,6 +87,11 @@ def torture(
     linearizability, a gapless log and commands applied once; a failing one
     is saved to --out with the command that replays it. Exit code 0 if every
     history passed, 1 if one failed.
+
+    With --property, each run records one property's workers instead (fences:
+    no result recorded under a stale fence; cursors: each agent's cursor
+    delivers every event once across consumer kills; outbox: each effect
+    performed once or reconciled) and checks it.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -97,6 +113,21 @@ def torture(
             backend = backend_of(url)
         except BadRequest as exc:
             fail(exc.code, exc, EXIT_USAGE)
+    if property is not None:
+        return _properties(
+            property,
+            backend,
+            surface,
+            minutes,
+            histories,
+            seed,
+            clients,
+            servers,
+            out,
+            no_faults,
+            url,
+            broken,
+        )
     settings = Settings(
         backend=backend,
         surface=surface,
@@ -192,4 +223,124 @@ def _table(summary: Summary) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, str(value))
+    return table
+
+
+def _properties(
+    name: str,
+    backend: str,
+    surface: str,
+    minutes: float | None,
+    histories: int | None,
+    seed: int,
+    clients: int,
+    servers: int,
+    out: Path | None,
+    no_faults: bool,
+    url: str | None,
+    broken: str | None,
+) -> None:
+    """``agentrooms torture --property NAME``: the runs, their summary table, the
+    failing runs; exits 0 if every run passed, 1 if one had an anomaly, 2 for runs
+    that cannot be done as asked."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
+    from agentrooms.errors import AgentroomsError
+    from agentrooms.reliability.properties.runner import (
+        PropertyRun,
+        PropertySettings,
+        run_properties,
+    )
+
+    if broken is not None:
+        fail(
+            "bad_request", "--broken goes with the linearizability runs, not --property", EXIT_USAGE
+        )
+    settings = PropertySettings(
+        property=name,
+        backend=backend,
+        surface=surface,
+        seed=seed,
+        runs=histories,
+        minutes=1.0 if minutes is None and histories is None else minutes,
+        workers=clients,
+        faults=not no_faults,
+        url=url,
+        servers=servers,
+    )
+    try:
+        settings.validate()
+    except ValueError as exc:
+        fail("bad_request", exc, EXIT_USAGE)
+    folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn() if settings.runs is not None else TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    )
+    task = progress.add_task(
+        f"torture {name} {backend}/{surface}", total=settings.runs, status="starting"
+    )
+
+    def on_run(run: PropertyRun, summary: PropertySummary) -> None:
+        status = f"{summary.operations} ops, {len(summary.failing)} failing"
+        if settings.runs is None:
+            assert settings.minutes is not None
+            share = summary.seconds / (60 * settings.minutes)
+            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
+        else:
+            progress.update(task, completed=summary.runs, status=status)
+
+    try:
+        with progress:
+            summary = asyncio.run(run_properties(settings, folder, on_run=on_run))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+    except RuntimeError as exc:
+        fail("torture_crashed", exc, EXIT_CRASHED)
+    console.print(_property_table(summary))
+    for run in summary.failing[:10]:
+        console.print(
+            literal(
+                f"failing: seed {run.seed}, {len(run.report.anomalies)} anomalies: {run.saved}"
+            ),
+            soft_wrap=True,
+        )
+        console.print(literal(f"  replay: {settings.replay(run.seed)}"), soft_wrap=True)
+        for anomaly in run.report.anomalies[:3]:
+            console.print(literal(f"  {anomaly}"), soft_wrap=True)
+    console.print(literal(f"failing runs are saved to {folder}"), soft_wrap=True)
+    raise typer.Exit(0 if summary.ok else EXIT_FINDING)
+
+
+def _property_table(summary: PropertySummary) -> Table:
+    """The summary table of the runs of a property."""
+    from rich.table import Table
+
+    s = summary.settings
+    table = Table(title=f"torture --property {s.property} {s.backend} / {s.surface}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("runs", summary.runs),
+        ("operations", summary.operations),
+        ("unknown outcomes", summary.unknown),
+        ("anomalies", summary.anomalies),
+        ("faults injected", summary.faults + summary.server_faults),
+        ("of which server kill -9, restart", summary.server_faults),
+    ]
+    rows += [(f"{s.property}: {what}", n) for what, n in sorted(summary.counts.items())]
+    rows += [
+        ("failing runs saved", len(summary.failing)),
+        ("minutes", f"{summary.seconds / 60:.1f}"),
+    ]
+    for what, value in rows:
+        table.add_row(what, str(value))
     return table
