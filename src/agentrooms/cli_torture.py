@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["torture"]
 
 EXIT_CRASHED = 3  # the CLI's code for a run that could not go on
+T = TypeVar("T")
 
 
 def torture(
@@ -93,12 +95,10 @@ def torture(
     delivers every event once across consumer kills; outbox: each effect
     performed once or reconciled) and checks it.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agentrooms.bench.backends import backend_of
-    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
-    from agentrooms.errors import AgentroomsError, BadRequest
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, console, fail
+    from agentrooms.errors import BadRequest
     from agentrooms.reliability.torture import (
         HistoryResult,
         Settings,
@@ -148,49 +148,29 @@ def torture(
         fail("bad_request", exc, EXIT_USAGE)
     folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
 
-    err = Console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn() if settings.histories is not None else TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=err,
-        disable=not err.is_terminal,
-        transient=True,
-    )
-    total = settings.histories if settings.histories is not None else None
-    task = progress.add_task(f"torture {backend}/{surface}", total=total, status="starting")
+    def runs(update: Update) -> Coroutine[Any, Any, Summary]:
+        def on_history(result: HistoryResult, summary: Summary) -> None:
+            failing = len(summary.failing)
+            status = f"{summary.operations} ops, {summary.unknown} unknown, {failing} failing"
+            update(summary.histories, summary.seconds, status)
 
-    def on_history(result: HistoryResult, summary: Summary) -> None:
-        failing = len(summary.failing)
-        status = f"{summary.operations} ops, {summary.unknown} unknown, {failing} failing"
-        if settings.histories is None:
-            assert settings.minutes is not None
-            share = summary.seconds / (60 * settings.minutes)
-            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
-        else:
-            progress.update(task, completed=summary.histories, status=status)
+        return run_torture(settings, folder, on_history=on_history)
 
-    try:
-        with progress:
-            summary = asyncio.run(run_torture(settings, folder, on_history=on_history))
-    except AgentroomsError as exc:
-        raise typer.Exit(_report(exc, url)) from exc
-    except RuntimeError as exc:
-        fail("torture_crashed", exc, EXIT_CRASHED)
+    title = f"torture {backend}/{surface}"
+    summary = _shown(title, settings.histories, settings.minutes, url, runs)
     console.print(_table(summary))
-    for result in summary.failing[:10]:
-        console.print(
-            literal(
-                f"failing: seed {result.seed}, {result.verdict} {result.failed_keys or ''}, "
-                f"{len(result.anomalies)} anomalies, faults {result.faults}: {result.saved}"
-            ),
-            soft_wrap=True,
-        )
-        console.print(literal(f"  replay: {settings.replay(result.seed)}"), soft_wrap=True)
-        for anomaly in result.anomalies[:3]:
-            console.print(literal(f"  {anomaly}"), soft_wrap=True)
-    console.print(literal(f"failing histories are saved to {folder}"), soft_wrap=True)
+    _failing(
+        [
+            (
+                f"seed {result.seed}, {result.verdict} {result.failed_keys or ''}, "
+                f"{len(result.anomalies)} anomalies, faults {result.faults}: {result.saved}",
+                settings.replay(result.seed),
+                result.anomalies,
+            )
+            for result in summary.failing
+        ],
+        f"failing histories are saved to {folder}",
+    )
     raise typer.Exit(0 if summary.ok else EXIT_FINDING)
 
 
@@ -243,11 +223,8 @@ def _properties(
     """``agentrooms torture --property NAME``: the runs, their summary table, the
     failing runs; exits 0 if every run passed, 1 if one had an anomaly, 2 for runs
     that cannot be done as asked."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
-    from agentrooms.errors import AgentroomsError
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, console, fail
     from agentrooms.reliability.properties.runner import (
         PropertyRun,
         PropertySettings,
@@ -275,48 +252,28 @@ def _properties(
     except ValueError as exc:
         fail("bad_request", exc, EXIT_USAGE)
     folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
-    err = Console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn() if settings.runs is not None else TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=err,
-        disable=not err.is_terminal,
-        transient=True,
-    )
-    task = progress.add_task(
-        f"torture {name} {backend}/{surface}", total=settings.runs, status="starting"
-    )
 
-    def on_run(run: PropertyRun, summary: PropertySummary) -> None:
-        status = f"{summary.operations} ops, {len(summary.failing)} failing"
-        if settings.runs is None:
-            assert settings.minutes is not None
-            share = summary.seconds / (60 * settings.minutes)
-            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
-        else:
-            progress.update(task, completed=summary.runs, status=status)
+    def runs(update: Update) -> Coroutine[Any, Any, PropertySummary]:
+        def on_run(run: PropertyRun, summary: PropertySummary) -> None:
+            status = f"{summary.operations} ops, {len(summary.failing)} failing"
+            update(summary.runs, summary.seconds, status)
 
-    try:
-        with progress:
-            summary = asyncio.run(run_properties(settings, folder, on_run=on_run))
-    except AgentroomsError as exc:
-        raise typer.Exit(_report(exc, url)) from exc
-    except RuntimeError as exc:
-        fail("torture_crashed", exc, EXIT_CRASHED)
+        return run_properties(settings, folder, on_run=on_run)
+
+    title = f"torture {name} {backend}/{surface}"
+    summary = _shown(title, settings.runs, settings.minutes, url, runs)
     console.print(_property_table(summary))
-    for run in summary.failing[:10]:
-        console.print(
-            literal(
-                f"failing: seed {run.seed}, {len(run.report.anomalies)} anomalies: {run.saved}"
-            ),
-            soft_wrap=True,
-        )
-        console.print(literal(f"  replay: {settings.replay(run.seed)}"), soft_wrap=True)
-        for anomaly in run.report.anomalies[:3]:
-            console.print(literal(f"  {anomaly}"), soft_wrap=True)
-    console.print(literal(f"failing runs are saved to {folder}"), soft_wrap=True)
+    _failing(
+        [
+            (
+                f"seed {run.seed}, {len(run.report.anomalies)} anomalies: {run.saved}",
+                settings.replay(run.seed),
+                run.report.anomalies,
+            )
+            for run in summary.failing
+        ],
+        f"failing runs are saved to {folder}",
+    )
     raise typer.Exit(0 if summary.ok else EXIT_FINDING)
 
 
@@ -344,3 +301,65 @@ def _property_table(summary: PropertySummary) -> Table:
     for what, value in rows:
         table.add_row(what, str(value))
     return table
+
+
+Update = Callable[[int, float, str], None]
+"""Tells the progress bar: runs done, seconds so far, a status line."""
+
+
+def _shown(
+    title: str,
+    count: int | None,
+    minutes: float | None,
+    url: str | None,
+    runs: Callable[[Update], Coroutine[Any, Any, T]],
+) -> T:
+    """Run ``runs`` under a progress bar on stderr (a terminal only): ``count`` runs, or
+    ``minutes``; its result. A store error exits with its code, a ``RuntimeError`` (a
+    process that did not start) with 3."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentrooms.cli import _report, fail
+    from agentrooms.errors import AgentroomsError
+
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn() if count is not None else TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    )
+    task = progress.add_task(title, total=count, status="starting")
+
+    def update(done: int, seconds: float, status: str) -> None:
+        if count is None:
+            assert minutes is not None
+            share = seconds / (60 * minutes)
+            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
+        else:
+            progress.update(task, completed=done, status=status)
+
+    try:
+        with progress:
+            return asyncio.run(runs(update))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+    except RuntimeError as exc:
+        fail("torture_crashed", exc, EXIT_CRASHED)
+
+
+def _failing(failing: list[tuple[str, str, list[str]]], saved: str) -> None:
+    """Print the first failing runs (what, the replay command, the first anomalies),
+    then where they are saved."""
+    from agentrooms.cli import console, literal
+
+    for what, replay, anomalies in failing[:10]:
+        console.print(literal(f"failing: {what}"), soft_wrap=True)
+        console.print(literal(f"  replay: {replay}"), soft_wrap=True)
+        for anomaly in anomalies[:3]:
+            console.print(literal(f"  {anomaly}"), soft_wrap=True)
+    console.print(literal(saved), soft_wrap=True)
