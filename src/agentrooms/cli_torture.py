@@ -1,7 +1,9 @@
 """``agentrooms torture``: the reliability suite's long tier on one backend and surface.
 
 Registered by :mod:`agentrooms.cli`; the runner is
-:func:`agentrooms.reliability.torture.run_torture` (see docs/reliability.md). Exit codes
+:func:`agentrooms.reliability.torture.run_torture` (see docs/reliability.md), or with
+``--property fences|cursors|outbox``
+:func:`agentrooms.reliability.properties.runner.run_properties`. Exit codes
 follow the CLI's table: 0 when every history is linearizable with no anomaly, 1 when one
 is not (each such history saved with the command that replays it), 2 for a run that
 cannot be done as asked (``memory://`` over HTTP or MCP, a broken store over the network,
@@ -13,19 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from agentrooms.reliability.properties.runner import PropertySummary
     from agentrooms.reliability.torture import Summary
 
 __all__ = ["torture"]
 
 EXIT_CRASHED = 3  # the CLI's code for a run that could not go on
+T = TypeVar("T")
 
 
 def torture(
@@ -66,6 +71,14 @@ def torture(
             "ignores-version-is, stale-reads, applies-twice, commit-drops-compares"
         ),
     ] = None,
+    property: Annotated[
+        str | None,
+        typer.Option(
+            "--property",
+            help="Check a property instead of linearizability: fences, cursors or outbox "
+            "(--histories counts its runs, --clients its workers)",
+        ),
+    ] = None,
 ) -> None:
     """Record and check many short concurrent histories under faults.
 
@@ -76,12 +89,15 @@ def torture(
     linearizability, a gapless log and commands applied once; a failing one
     is saved to --out with the command that replays it. Exit code 0 if every
     history passed, 1 if one failed.
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, _report, console, fail, literal
-    from agentrooms.errors import AgentroomsError, BadRequest
+    With --property, each run records one property's workers instead (fences:
+    no result recorded under a stale fence; cursors: each agent's cursor
+    delivers every event once across consumer kills; outbox: each effect
+    performed once or reconciled) and checks it.
+    """
+
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, console, fail
+    from agentrooms.errors import BadRequest
     from agentrooms.reliability.stores import backend_of
     from agentrooms.reliability.torture import (
         HistoryResult,
@@ -97,6 +113,21 @@ def torture(
             backend = backend_of(url)
         except BadRequest as exc:
             fail(exc.code, exc, EXIT_USAGE)
+    if property is not None:
+        return _properties(
+            property,
+            backend,
+            surface,
+            minutes,
+            histories,
+            seed,
+            clients,
+            servers,
+            out,
+            no_faults,
+            url,
+            broken,
+        )
     settings = Settings(
         backend=backend,
         surface=surface,
@@ -117,49 +148,29 @@ def torture(
         fail("bad_request", exc, EXIT_USAGE)
     folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
 
-    err = Console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn() if settings.histories is not None else TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=err,
-        disable=not err.is_terminal,
-        transient=True,
-    )
-    total = settings.histories if settings.histories is not None else None
-    task = progress.add_task(f"torture {backend}/{surface}", total=total, status="starting")
+    def runs(update: Update) -> Coroutine[Any, Any, Summary]:
+        def on_history(result: HistoryResult, summary: Summary) -> None:
+            failing = len(summary.failing)
+            status = f"{summary.operations} ops, {summary.unknown} unknown, {failing} failing"
+            update(summary.histories, summary.seconds, status)
 
-    def on_history(result: HistoryResult, summary: Summary) -> None:
-        failing = len(summary.failing)
-        status = f"{summary.operations} ops, {summary.unknown} unknown, {failing} failing"
-        if settings.histories is None:
-            assert settings.minutes is not None
-            share = summary.seconds / (60 * settings.minutes)
-            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
-        else:
-            progress.update(task, completed=summary.histories, status=status)
+        return run_torture(settings, folder, on_history=on_history)
 
-    try:
-        with progress:
-            summary = asyncio.run(run_torture(settings, folder, on_history=on_history))
-    except AgentroomsError as exc:
-        raise typer.Exit(_report(exc, url)) from exc
-    except RuntimeError as exc:
-        fail("torture_crashed", exc, EXIT_CRASHED)
+    title = f"torture {backend}/{surface}"
+    summary = _shown(title, settings.histories, settings.minutes, url, runs)
     console.print(_table(summary))
-    for result in summary.failing[:10]:
-        console.print(
-            literal(
-                f"failing: seed {result.seed}, {result.verdict} {result.failed_keys or ''}, "
-                f"{len(result.anomalies)} anomalies, faults {result.faults}: {result.saved}"
-            ),
-            soft_wrap=True,
-        )
-        console.print(literal(f"  replay: {settings.replay(result.seed)}"), soft_wrap=True)
-        for anomaly in result.anomalies[:3]:
-            console.print(literal(f"  {anomaly}"), soft_wrap=True)
-    console.print(literal(f"failing histories are saved to {folder}"), soft_wrap=True)
+    _failing(
+        [
+            (
+                f"seed {result.seed}, {result.verdict} {result.failed_keys or ''}, "
+                f"{len(result.anomalies)} anomalies, faults {result.faults}: {result.saved}",
+                settings.replay(result.seed),
+                result.anomalies,
+            )
+            for result in summary.failing
+        ],
+        f"failing histories are saved to {folder}",
+    )
     raise typer.Exit(0 if summary.ok else EXIT_FINDING)
 
 
@@ -193,3 +204,162 @@ def _table(summary: Summary) -> Table:
     for name, value in rows:
         table.add_row(name, str(value))
     return table
+
+
+def _properties(
+    name: str,
+    backend: str,
+    surface: str,
+    minutes: float | None,
+    histories: int | None,
+    seed: int,
+    clients: int,
+    servers: int,
+    out: Path | None,
+    no_faults: bool,
+    url: str | None,
+    broken: str | None,
+) -> None:
+    """``agentrooms torture --property NAME``: the runs, their summary table, the
+    failing runs; exits 0 if every run passed, 1 if one had an anomaly, 2 for runs
+    that cannot be done as asked."""
+
+    from agentrooms.cli import EXIT_FINDING, EXIT_USAGE, console, fail
+    from agentrooms.reliability.properties.runner import (
+        PropertyRun,
+        PropertySettings,
+        run_properties,
+    )
+
+    if broken is not None:
+        fail(
+            "bad_request", "--broken goes with the linearizability runs, not --property", EXIT_USAGE
+        )
+    settings = PropertySettings(
+        property=name,
+        backend=backend,
+        surface=surface,
+        seed=seed,
+        runs=histories,
+        minutes=1.0 if minutes is None and histories is None else minutes,
+        workers=clients,
+        faults=not no_faults,
+        url=url,
+        servers=servers,
+    )
+    try:
+        settings.validate()
+    except ValueError as exc:
+        fail("bad_request", exc, EXIT_USAGE)
+    folder = out if out is not None else Path(tempfile.mkdtemp(prefix="agentrooms-torture-"))
+
+    def runs(update: Update) -> Coroutine[Any, Any, PropertySummary]:
+        def on_run(run: PropertyRun, summary: PropertySummary) -> None:
+            status = f"{summary.operations} ops, {len(summary.failing)} failing"
+            update(summary.runs, summary.seconds, status)
+
+        return run_properties(settings, folder, on_run=on_run)
+
+    title = f"torture {name} {backend}/{surface}"
+    summary = _shown(title, settings.runs, settings.minutes, url, runs)
+    console.print(_property_table(summary))
+    _failing(
+        [
+            (
+                f"seed {run.seed}, {len(run.report.anomalies)} anomalies: {run.saved}",
+                settings.replay(run.seed),
+                run.report.anomalies,
+            )
+            for run in summary.failing
+        ],
+        f"failing runs are saved to {folder}",
+    )
+    raise typer.Exit(0 if summary.ok else EXIT_FINDING)
+
+
+def _property_table(summary: PropertySummary) -> Table:
+    """The summary table of the runs of a property."""
+    from rich.table import Table
+
+    s = summary.settings
+    table = Table(title=f"torture --property {s.property} {s.backend} / {s.surface}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("runs", summary.runs),
+        ("operations", summary.operations),
+        ("unknown outcomes", summary.unknown),
+        ("anomalies", summary.anomalies),
+        ("faults injected", summary.faults + summary.server_faults),
+        ("of which server kill -9, restart", summary.server_faults),
+    ]
+    rows += [(f"{s.property}: {what}", n) for what, n in sorted(summary.counts.items())]
+    rows += [
+        ("failing runs saved", len(summary.failing)),
+        ("minutes", f"{summary.seconds / 60:.1f}"),
+    ]
+    for what, value in rows:
+        table.add_row(what, str(value))
+    return table
+
+
+Update = Callable[[int, float, str], None]
+"""Tells the progress bar: runs done, seconds so far, a status line."""
+
+
+def _shown(
+    title: str,
+    count: int | None,
+    minutes: float | None,
+    url: str | None,
+    runs: Callable[[Update], Coroutine[Any, Any, T]],
+) -> T:
+    """Run ``runs`` under a progress bar on stderr (a terminal only): ``count`` runs, or
+    ``minutes``; its result. A store error exits with its code, a ``RuntimeError`` (a
+    process that did not start) with 3."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentrooms.cli import _report, fail
+    from agentrooms.errors import AgentroomsError
+
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn() if count is not None else TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    )
+    task = progress.add_task(title, total=count, status="starting")
+
+    def update(done: int, seconds: float, status: str) -> None:
+        if count is None:
+            assert minutes is not None
+            share = seconds / (60 * minutes)
+            progress.update(task, total=1.0, completed=min(1.0, share), status=status)
+        else:
+            progress.update(task, completed=done, status=status)
+
+    try:
+        with progress:
+            return asyncio.run(runs(update))
+    except AgentroomsError as exc:
+        raise typer.Exit(_report(exc, url)) from exc
+    except RuntimeError as exc:
+        fail("torture_crashed", exc, EXIT_CRASHED)
+
+
+def _failing(failing: list[tuple[str, str, list[str]]], saved: str) -> None:
+    """Print the first failing runs (what, the replay command, the first anomalies),
+    then where they are saved."""
+    from agentrooms.cli import console, literal
+
+    for what, replay, anomalies in failing[:10]:
+        console.print(literal(f"failing: {what}"), soft_wrap=True)
+        console.print(literal(f"  replay: {replay}"), soft_wrap=True)
+        for anomaly in anomalies[:3]:
+            console.print(literal(f"  {anomaly}"), soft_wrap=True)
+    console.print(literal(saved), soft_wrap=True)

@@ -1186,7 +1186,7 @@ async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
     await in_line(store, room.name, 1)
     b = await room.locks.acquire("plan", "B", ttl=30, tries=100, step=0.01)  # free, at expiry
 
-    LINE = "lockline/plan"  # noqa: N806
+    line_key = "lockline/plan"
 
     async def marked(since: int) -> None:
         # W's look, woken by B's release, ends by marking the line if B took the lock back
@@ -1194,7 +1194,7 @@ async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
         # (or for W's grant), so that the bound below counts turns, not scheduling luck.
         deadline = time.monotonic() + 5.0
         while not waiter.done() and time.monotonic() < deadline:
-            if ((await store.read(room.name, [LINE])).version(LINE) or 0) > since:
+            if ((await store.read(room.name, [line_key])).version(line_key) or 0) > since:
                 return
             await asyncio.sleep(0.01)
 
@@ -1206,7 +1206,7 @@ async def test_a_waiter_left_in_line_is_not_starved_by_a_holder_taking_turns(
         else:
             assert await room.locks.release(b)
             b = await room.locks.wait_acquire("plan", "B", ttl=30, timeout=20)
-        await marked((await store.read(room.name, [LINE])).version(LINE) or 0)
+        await marked((await store.read(room.name, [line_key])).version(line_key) or 0)
     assert waiter.done() and turns <= 3, turns
     w = waiter.result()
     assert w.owner == "W" and w.fence < b.fence

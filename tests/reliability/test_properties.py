@@ -1,6 +1,7 @@
 """Fences, cursors and the outbox, recorded under faults on every backend and checked,
-through the library and (fences, cursors) through the HTTP API against several server
-processes; and each checker shown to flag a hand-made history that breaks its property."""
+through the library and (fences, cursors) through the HTTP API and MCP against several
+server processes; and each checker shown to flag a hand-made history that breaks its
+property."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from agentrooms import StaleFence
+from agentrooms.cli import app
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties import (
     PropertyReport,
@@ -200,6 +203,71 @@ async def test_cursors_deliver_every_event_once_over_http(
     assert procs[0].running
 
 
+async def test_fences_and_cursors_hold_over_mcp_under_client_and_server_kills(
+    servers: tuple[str, str, list[ServerProcess]], tmp_path: Path
+) -> None:
+    # both properties at once, to pay for the MCP worker processes' start-up once; a
+    # server is killed while both run (not restarted: on a loaded machine a server's
+    # start can take longer than the runs), and workers are killed too
+    backend, url, procs = servers
+    bases = [p.base for p in procs]
+    fences_started, cursors_started = asyncio.Event(), asyncio.Event()
+    both = asyncio.Event()
+
+    async def when_both() -> None:
+        await fences_started.wait()
+        await cursors_started.wait()
+        both.set()
+
+    async def kill() -> None:
+        await both.wait()
+        await asyncio.sleep(0.5)
+        procs[1].kill()
+
+    fault = asyncio.gather(when_both(), kill())
+    fences, cursors = await asyncio.gather(
+        run_fences(
+            url,
+            _room("fences"),
+            workers=2,
+            seed=3,
+            workdir=tmp_path / "fences",
+            faults=True,
+            work=FenceWork(tasks=4, ttl=0.4, stall=0.5),
+            servers=bases,
+            surface="mcp",
+            started=fences_started,
+        ),
+        run_cursors(
+            url,
+            _room("cursors"),
+            workers=1,
+            seed=3,
+            workdir=tmp_path / "cursors",
+            faults=True,
+            work=CursorWork(events=12, batch=3, kills=1),
+            servers=bases,
+            surface="mcp",
+            started=cursors_started,
+        ),
+    )
+    await fault
+    for report in (fences, cursors):
+        print(
+            f"{backend} mcp {report.name}: {report.operations} ops, {report.unknown} unknown, "
+            f"{report.faults} faults, {report.counts}"
+        )
+    assert fences.ok, fences.anomalies
+    assert cursors.ok, cursors.anomalies
+    assert fences.counts["accepted"] == fences.counts["tasks"] == 4
+    assert fences.counts["stalls"] >= 1 and fences.faults >= 1
+    # consumers were killed; each of the two agents got every event once, but those a
+    # read whose answer was lost may have taken
+    assert cursors.counts["events"] == 13 and cursors.counts["kills"] >= 1
+    assert cursors.counts["delivered"] == 13 * 2 - cursors.counts["lost_to_unknown_reads"]
+    assert [f for _, f in procs[1].faults][-1:] == ["kill -9"] and not procs[1].running
+
+
 # ------------------------------------------------------------- the checkers flag
 
 
@@ -298,6 +366,27 @@ def test_cursors_checker_flags_a_skipped_and_a_duplicated_event() -> None:
     assert any("not consecutive" in a for a in check_cursors(gap, 3, {"a": 3})[0])
 
 
+def test_cursors_checker_with_the_auto_ack_flags_a_duplicate_and_a_loss() -> None:
+    def read(client: int, seqs: list[int] | None, call: int, ret: int | None) -> Operation:
+        out = None if seqs is None else {"seqs": seqs}
+        return _op(client, "a", "read", {"limit": 5, "ack": "auto"}, out, call, ret)
+
+    good = [read(1, [1, 2], 0, 10), read(1, [3], 20, 30), read(1, [], 40, 50)]
+    assert check_cursors(good, 3, {"a": 3}, ack="auto")[0] == []
+    # a read whose answer was lost may have taken event 3: at most once, allowed
+    lost = [read(1, [1, 2], 0, 10), read(1, None, 20, None), read(2, [], 40, 50)]
+    found, counts = check_cursors(lost, 3, {"a": 3}, ack="auto")
+    assert found == [] and counts["lost_to_unknown_reads"] == 1
+    # an event delivered twice, and one skipped with no lost read to explain it
+    twice = [read(1, [1, 2], 0, 10), read(1, [2, 3], 20, 30)]
+    found, _ = check_cursors(twice, 3, {"a": 3}, ack="auto")
+    assert any("event 2 delivered 2 times" in a for a in found), found
+    skipped = [read(1, [1], 0, 10), read(1, [3], 20, 30)]
+    found, _ = check_cursors(skipped, 3, {"a": 3}, ack="auto")
+    assert any("started after 2, where no read ended" in a for a in found), found
+    assert any("events [2] never delivered" in a for a in found), found
+
+
 def test_outbox_checker_flags_a_double_performance() -> None:
     claim = _op(1, "outbox", "claim", None, {"effect": "e0", "fence": 1}, 0, 10)
     killed = [claim, _op(1, "e0", "record", {"fence": 1}, None, 11, None)]
@@ -377,3 +466,44 @@ async def test_fences_recorder_and_checker_flag_a_plan_that_accepts_stale_fences
         await store.close()
     found, counts = check_fences(ops, final)
     assert any("stale fence" in a and "accepted" in a for a in found), (found, counts)
+
+
+# ------------------------------------------------------------- on demand
+
+
+def _table(output: str) -> dict[str, str]:
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_the_command_line_runs_a_property_and_prints_its_summary(tmp_path: Path) -> None:
+    args = ["torture", "--property", "cursors", "--backend", "memory", "--histories", "2"]
+    result = CliRunner().invoke(app, [*args, "--seed", "7", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    rows = _table(result.output)
+    assert rows["runs"] == "2" and rows["anomalies"] == "0" and rows["failing runs saved"] == "0"
+    assert int(rows["operations"]) > 0 and int(rows["faults injected"]) > 0
+    assert rows["cursors: events"] == str(2 * 31)
+    assert f"saved to {tmp_path / 'out'}" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--property", "outbox", "--backend", "sqlite", "--surface", "http"], "library only"),
+        (["--property", "outbox", "--backend", "sqlite", "--surface", "mcp"], "library only"),
+        (["--property", "fences", "--backend", "memory", "--surface", "mcp"], "one process"),
+        (["--property", "leases", "--backend", "memory"], "unknown property"),
+        (["--property", "fences", "--backend", "memory", "--broken", "stale-reads"], "--broken"),
+    ],
+)
+def test_a_property_run_that_cannot_be_done_exits_2_and_says_why(
+    args: list[str], says: str
+) -> None:
+    result = CliRunner().invoke(app, ["torture", *args, "--histories", "1"])
+    assert result.exit_code == 2, result.output
+    assert says in result.output

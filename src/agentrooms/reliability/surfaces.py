@@ -40,12 +40,12 @@ Neither surface says whether a commit was a replay, so a commit's ``replayed`` i
 ``None`` (the model then checks its position only). Idempotency keys are scoped to the
 agent, so every commit is sent as one agent (:data:`COMMITTER`) by every client.
 
-Each request of an :class:`HttpSurface` goes to a random server of its list. A request
-that was never sent (connection refused: a killed server) is sent to another one; a
-429 is waited out and sent again; a request sent whose answer never came (the
-connection reset, a timeout: a killed or stopped server) or a 503 is an *unknown
-outcome* (:class:`UnknownOutcome`). Any other 5xx ends the run as a bug. Every such
-event is counted in :attr:`HttpSurface.reports` by how the caller saw it. An MCP
+Each request of an :class:`HttpSurface` goes to a random server of its list, and what
+its answer means (acknowledged, unknown, failed) follows
+:mod:`agentrooms.reliability.outcomes`: a request never sent goes to another server, a
+429 is waited out, a lost answer or a 503 is an *unknown outcome*
+(:class:`UnknownOutcome`), any other 5xx ends the run as a bug; each is counted in
+:attr:`HttpSurface.reports` by how the caller saw it. An MCP
 session lives on the server it opened on, so an :class:`McpSurface` stays on one server
 until that server loses its session (a killed server: the SDK's ``MCPError``
 "Connection closed", an unknown outcome), then opens a new one on another.
@@ -60,7 +60,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol, Self
 
 import httpx2
 from mcp import Client
@@ -69,11 +69,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from agentrooms.reliability.history import Operation
+from agentrooms.reliability.outcomes import HttpRequests, UnknownOutcome, unexpected
 from agentrooms.reliability.recorder import Workload, run_client
 
 __all__ = [
     "COMMITTER",
     "HttpSurface",
+    "McpSession",
     "McpSurface",
     "UnknownOutcome",
     "create_rooms",
@@ -85,16 +87,6 @@ COMMITTER = "committer"
 """The agent every commit is sent as (idempotency keys are scoped to the agent)."""
 PAGE = 1000  # the API's largest page of events
 CONNECTION_CLOSED = -32000  # the SDK's MCPError code when the server's connection closed
-
-
-class UnknownOutcome(ConnectionError):
-    """The request was sent and its answer never came, or was a 503: it may or may not
-    have taken effect. ``seen``: how the caller saw it (a key of the surface's
-    ``reports``)."""
-
-    def __init__(self, message: str, seen: str) -> None:
-        super().__init__(message)
-        self.seen = seen
 
 
 class Unsupported(NotImplementedError):
@@ -128,6 +120,23 @@ async def create_rooms(base: str, room: str) -> None:
                 raise RuntimeError(f"creating room {name!r}: {answer.status_code} {answer.text}")
 
 
+class _Conditional(Protocol):
+    async def read(self, key: str) -> tuple[str | None, int | None]: ...
+
+    async def cas(self, key: str, version: int | None, value: str) -> tuple[bool, int | None]: ...
+
+
+async def _put(surface: _Conditional, key: str, value: str) -> int:
+    """An unconditional write where the surface has only conditional ones: read, then
+    compare-and-set at that version, until one succeeds (the write takes effect at it)."""
+    while True:
+        _, version = await surface.read(key)
+        ok, new = await surface.cas(key, version, value)
+        if ok:
+            assert new is not None
+            return new
+
+
 def _version(answer: httpx2.Response) -> int | None:
     tag = answer.headers.get("ETag")
     return None if tag is None else int(tag.strip('"'))
@@ -150,11 +159,10 @@ class HttpSurface:
     ) -> None:
         self.bases, self.room, self.agent = list(bases), room, agent
         self.log, self.commands = logs(room)
-        self.rng = random.Random(seed)
         self.timeout = timeout
-        self.http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout))
-        self.reports: Counter[str] = Counter()
-        self.answered: Counter[str] = Counter()  # answers per server
+        self.requests = HttpRequests(bases, seed=seed, timeout=timeout)
+        self.reports = self.requests.reports
+        self.answered = self.requests.answered  # answers per server
 
     async def _send(
         self,
@@ -165,47 +173,12 @@ class HttpSurface:
         headers: dict[str, str] | None = None,
         body: Any = None,
     ) -> httpx2.Response:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
         sent_headers = {"X-Agent": agent or self.agent, **(headers or {})}
-        while True:
-            base = self.rng.choice(self.bases)
-            try:
-                answer = await self.http.request(
-                    method, f"{base}/v1{path}", headers=sent_headers, json=body
-                )
-            except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
-                # never sent: another server may take it
-                seen = f"{type(exc).__name__}: not sent, sent to another server"
-                self.reports[seen] += 1
-                if loop.time() > deadline:
-                    raise UnknownOutcome(f"no server answered {method} {path}", seen) from exc
-                await asyncio.sleep(0.02)
-                continue
-            except httpx2.TransportError as exc:
-                seen = f"{type(exc).__name__}: unknown outcome"
-                self.reports[seen] += 1
-                raise UnknownOutcome(f"{method} {path}: {type(exc).__name__}", seen) from exc
-            self.answered[base] += 1
-            if answer.status_code == 429:
-                self.reports["HTTP 429: waited, sent again"] += 1
-                await asyncio.sleep(min(1.0, float(answer.headers.get("Retry-After", "1"))))
-                continue
-            if answer.status_code == 503:
-                kind = answer.json().get("error", {}).get("type", "?")
-                seen = f"HTTP 503 {kind}: unknown outcome"
-                self.reports[seen] += 1
-                raise UnknownOutcome(f"{method} {path}: 503 {kind}", seen)
-            if answer.status_code >= 500:
-                raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text}")
-            return answer
+        return await self.requests.send(method, f"/v1{path}", headers=sent_headers, body=body)
 
     @staticmethod
     def _unexpected(answer: httpx2.Response) -> RuntimeError:
-        request = answer.request
-        return RuntimeError(
-            f"{request.method} {request.url}: unexpected {answer.status_code} {answer.text}"
-        )
+        return unexpected(answer)
 
     async def read(self, key: str) -> tuple[str | None, int | None]:
         answer = await self._send("GET", f"/rooms/{self.room}/docs/{key}")
@@ -238,12 +211,7 @@ class HttpSurface:
         return False, current
 
     async def put(self, key: str, value: str) -> int:
-        while True:
-            _, version = await self.read(key)
-            ok, new = await self.cas(key, version, value)
-            if ok:
-                assert new is not None
-                return new
+        return await _put(self, key, value)
 
     async def delete(self, key: str) -> None:
         while True:
@@ -297,24 +265,31 @@ class HttpSurface:
         return [data for _, data in await self._events(self.commands)]
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.requests.close()
 
 
-class McpSurface:
-    """One recording client of the MCP endpoints (``/mcp``) of ``bases``, as agent
-    :data:`COMMITTER` (its ``request_id``s must share an agent), on the documents of
-    ``room`` and its :func:`logs` rooms. Its session opens on ``bases[0]``; when the
-    server loses it (the connection closed: a killed server), the call in flight is an
-    unknown outcome and the next call opens a new session on another server. The SDK's
-    session is held by a task of its own; :meth:`close` ends it."""
+class McpSession:
+    """A client of the MCP endpoints (``/mcp``) of ``bases``, as agent ``agent``. Its
+    session opens on ``bases[0]``; when the server loses it (the connection closed: a
+    killed server), the call in flight is an unknown outcome and the next call opens a
+    new session on another server. The SDK's session is held by a task of its own;
+    :meth:`close` ends it.
+
+    What a tool's answer means: its body when it succeeded; ``{"error": {...}}`` for a
+    typed failure of :attr:`TYPED` (the caller reads it); ``rate_limited`` is waited
+    out and called again; ``store_unavailable`` or a lost connection is
+    :class:`UnknownOutcome`; any other failure is a bug (``RuntimeError``). Each is
+    counted in :attr:`reports` by how the caller saw it."""
+
+    TYPED: frozenset[str] = frozenset()
+    """The error types a caller reads as an outcome."""
 
     def __init__(
-        self, bases: Sequence[str], room: str, *, seed: int = 0, timeout: float = 10.0
+        self, bases: Sequence[str], agent: str, *, seed: int = 0, timeout: float = 10.0
     ) -> None:
-        self.bases, self.room, self.timeout = list(bases), room, timeout
+        self.bases, self.agent, self.timeout = list(bases), agent, timeout
         self.base = self.bases[0]
         self.rng = random.Random(seed)
-        self.log, self.commands = logs(room)
         self.reports: Counter[str] = Counter()
         self.sessions = 0  # sessions opened
         self.answered = 0  # tool calls answered
@@ -330,7 +305,7 @@ class McpSurface:
         ):
             yield client
 
-    async def open(self) -> McpSurface:
+    async def open(self) -> Self:
         """Open a session on :attr:`base`, held by a task of its own (the SDK's
         sessions must be closed by the task that opened them, and each recorded call
         runs in a task of its own). ``UnknownOutcome`` if it cannot be opened (the
@@ -341,7 +316,7 @@ class McpSurface:
 
         async def hold() -> None:
             try:
-                async with self._session(COMMITTER) as client:
+                async with self._session(self.agent) as client:
                     ready.set_result(client)
                     await done.wait()
             except Exception as exc:
@@ -357,11 +332,15 @@ class McpSurface:
             await holder
             seen = f"opening a session: {type(exc).__name__}"
             self.reports[seen] += 1
-            others = [b for b in self.bases if b != self.base]
-            self.base = self.rng.choice(others or self.bases)
+            self._move()
             raise UnknownOutcome(f"no MCP session on {self.base}", seen) from exc
         self._holder, self.sessions = (holder, done), self.sessions + 1
         return self
+
+    def _move(self) -> None:
+        """The next session opens on another server."""
+        others = [b for b in self.bases if b != self.base]
+        self.base = self.rng.choice(others or self.bases)
 
     async def _close(self) -> None:
         holder, self._holder, self._client = self._holder, None, None
@@ -373,8 +352,7 @@ class McpSurface:
     async def _lost(self) -> None:
         """The server lost the session: close it; the next call opens one elsewhere."""
         await self._close()
-        others = [b for b in self.bases if b != self.base]
-        self.base = self.rng.choice(others or self.bases)
+        self._move()
 
     async def _call(self, tool: str, client: Client | None = None, **args: Any) -> dict[str, Any]:
         """The tool's body, or ``{"error": {...}}`` for a typed failure."""
@@ -410,9 +388,27 @@ class McpSurface:
                 seen = "store_unavailable: unknown outcome"
                 self.reports[seen] += 1
                 raise UnknownOutcome(f"{tool}: store_unavailable", seen)
-            if error["type"] in ("not_found", "version_conflict", "contention_exhausted"):
+            if error["type"] in self.TYPED:
                 return {"error": error}
             raise RuntimeError(f"{tool}{args}: {block.text}")
+
+    async def close(self) -> None:
+        await self._close()
+
+
+class McpSurface(McpSession):
+    """One recording client of the MCP endpoints (``/mcp``) of ``bases``, as agent
+    :data:`COMMITTER` (its ``request_id``s must share an agent), on the documents of
+    ``room`` and its :func:`logs` rooms (sessions as :class:`McpSession`)."""
+
+    TYPED = frozenset({"not_found", "version_conflict", "contention_exhausted"})
+
+    def __init__(
+        self, bases: Sequence[str], room: str, *, seed: int = 0, timeout: float = 10.0
+    ) -> None:
+        super().__init__(bases, COMMITTER, seed=seed, timeout=timeout)
+        self.room = room
+        self.log, self.commands = logs(room)
 
     async def read(self, key: str) -> tuple[str | None, int | None]:
         body = await self._call("read_document", room=self.room, name=key)
@@ -434,12 +430,7 @@ class McpSurface:
         return False, current
 
     async def put(self, key: str, value: str) -> int:
-        while True:
-            _, version = await self.read(key)
-            ok, new = await self.cas(key, version, value)
-            if ok:
-                assert new is not None
-                return new
+        return await _put(self, key, value)
 
     async def delete(self, key: str) -> None:
         raise Unsupported("MCP has no tool that deletes a document")
@@ -482,9 +473,6 @@ class McpSurface:
 
     async def read_commits(self) -> list[str]:
         return [data for _, data in await self._events(self.commands)]
-
-    async def close(self) -> None:
-        await self._close()
 
 
 async def record_mcp_tasks(surfaces: Sequence[McpSurface], workload: Workload) -> list[Operation]:

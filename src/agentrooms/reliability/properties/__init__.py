@@ -10,7 +10,10 @@ it finds. One entry per property, with one signature, for the torture runner::
 
 Each returns a :class:`PropertyReport`. ``memory://`` runs the workers as tasks of
 this process (a fault is then the cancellation of a task, not a signal); any other
-URL runs them as processes the run starts, faults and restarts itself.
+URL runs them as processes the run starts, faults and restarts itself. Fences and
+cursors also take ``servers=[...]`` and ``surface="http"|"mcp"`` to go through the
+network surfaces; :mod:`~agentrooms.reliability.properties.runner` runs many of them
+(``agentrooms torture --property``).
 """
 
 from agentrooms.reliability.properties.common import PropertyReport

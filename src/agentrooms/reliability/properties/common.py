@@ -9,11 +9,16 @@ journal is a list of :class:`~agentrooms.reliability.history.Operation`.
 
 A :class:`Supervisor` runs workers (processes, or tasks of this process for
 ``memory://``) and restarts each one killed by a fault as a new client (a new
-incarnation), until each exits cleanly.
+incarnation), until each exits cleanly; :func:`supervised` starts one, lets its
+workers go together and ends it on the way out. What every worker life shares is here
+too: its journal's path (:func:`life`), the life of a task (:func:`task_life`) or of a
+process (:func:`worker_process`, :func:`worker_main`), and its seeded death
+(:func:`die_at`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -21,25 +26,38 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from agentrooms.reliability.history import Operation
 
 __all__ = [
     "INCARNATIONS",
+    "Closer",
     "Journal",
     "Killed",
+    "Processes",
     "PropertyReport",
     "Supervisor",
     "abandon",
+    "die",
+    "die_at",
+    "kill_point",
+    "life",
     "load_journals",
     "prepare",
     "ready_then_wait",
+    "supervised",
+    "surface_of",
+    "task_life",
     "touch",
+    "worker_main",
+    "worker_process",
 ]
+
+T = TypeVar("T")
 
 INCARNATIONS = 100
 """Client ids are ``slot * INCARNATIONS + incarnation``: one per life of a worker."""
@@ -164,6 +182,7 @@ class Processes:
     def __init__(self, module: str, workdir: Path) -> None:
         self.module, self.workdir = module, workdir
         self.live: dict[int, asyncio.subprocess.Process] = {}
+        self.ready: dict[int, Path] = {}  # each slot's latest life's ready file
         self.go = workdir / f"go-{os.getpid()}-{id(self)}"
         self._stopped_since: dict[int, float] = {}
 
@@ -185,6 +204,7 @@ class Processes:
         """Run one worker process to its end: ``True`` if it exited 0, ``False`` if a
         signal killed it; ``RuntimeError`` (with its stderr) if it failed."""
         ready = self.workdir / f"{spec['client']}.ready"
+        self.ready[slot] = ready
         spec = {**spec, "go": str(self.go), "ready": str(ready)}
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -226,6 +246,10 @@ class Processes:
                 resumed += 1
         return resumed
 
+    def working(self, slot: int) -> bool:
+        """Whether worker ``slot`` runs and its life has opened what it calls."""
+        return slot in self.live and _exists(self.ready[slot])
+
     def signal(self, slot: int, sig: signal.Signals) -> bool:
         """Send ``sig`` to worker ``slot`` if it runs; whether it was sent."""
         proc = self.live.get(slot)
@@ -258,9 +282,28 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
-def prepare(workdir: Path) -> None:
-    """Create the run's directory (and its parents) if it is missing."""
+def prepare(url: str, workdir: Path, servers: Sequence[str] = ()) -> bool:
+    """Start a run on the store at ``url``: ``ValueError`` if ``servers`` are to share
+    a ``memory://`` store (they cannot); create the run's directory (and its parents)
+    if it is missing. Whether the workers are tasks of this process (``memory://``)."""
+    in_process = url.startswith("memory:")
+    if servers and in_process:
+        raise ValueError("servers cannot share a memory:// store")
     workdir.mkdir(parents=True, exist_ok=True)
+    return in_process
+
+
+def surface_of(servers: Sequence[str], surface: str | None) -> str:
+    """The surface the workers go through: ``library`` (their own store), ``http`` or
+    ``mcp`` (the ``servers``); by default ``http`` with servers, else ``library``.
+    ``ValueError`` for an unknown one, a network one without servers, or servers with
+    ``library``."""
+    chosen = surface or ("http" if servers else "library")
+    if chosen not in ("library", "http", "mcp"):
+        raise ValueError(f"unknown surface {chosen!r}: library, http or mcp")
+    if (chosen == "library") == bool(servers):
+        raise ValueError(f"the {chosen} surface {'takes no' if servers else 'needs'} servers")
+    return chosen
 
 
 def _count(directory: Path, pattern: str) -> int:
@@ -291,3 +334,94 @@ def die(in_process: bool) -> None:
     if in_process:
         raise Killed
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_at(journal: Journal, key: str, point: str, in_process: bool) -> None:
+    """Record a seeded ``kill`` at ``point`` (on ``key``), then :func:`die`."""
+    journal.note("kill", key, {"point": point})
+    die(in_process)
+
+
+def kill_point(spec: dict[str, Any]) -> tuple[int, str] | None:
+    """A worker spec's ``kill_at`` (the how-many-th item its life handles, the point)."""
+    at = spec["kill_at"]
+    return None if at is None else (int(at[0]), str(at[1]))
+
+
+def life(workdir: Path, name: str, slot: int, incarnation: int) -> tuple[int, Path]:
+    """The client id of life ``incarnation`` of worker ``slot``, and its journal's path."""
+    client = slot * INCARNATIONS + incarnation
+    return client, workdir / f"{name}-{client}.jsonl"
+
+
+async def task_life(path: Path, client: int, body: Callable[[Journal], Awaitable[None]]) -> bool:
+    """One life of a worker that is a task: ``body`` with its journal; ``True`` if it
+    finished, ``False`` if a fault ended it (:class:`Killed`). The journal is closed."""
+    journal = Journal(path, client)
+    try:
+        await body(journal)
+    except Killed:
+        return False
+    finally:
+        journal.close()
+    return True
+
+
+@contextlib.asynccontextmanager
+async def supervised(
+    slots: int,
+    body: Body,
+    procs: Processes | None,
+    started: asyncio.Event | None,
+) -> AsyncIterator[asyncio.Task[None]]:
+    """A :class:`Supervisor` of ``slots`` workers running as a task: with ``procs``
+    (worker processes) the workers are released together once all are ready; then
+    ``started`` is set. Yields the task; on the way out it is :func:`abandon`-ed if it
+    has not ended (no worker is left behind)."""
+    run = asyncio.create_task(Supervisor(slots, body).run())
+    try:
+        if procs is not None:
+            await procs.release(slots, run)
+        if started is not None:
+            started.set()
+        yield run
+    finally:
+        await abandon(run)
+
+
+Closer = Callable[[], Awaitable[None]]
+"""Closes what a worker opened (a store, a client of the servers)."""
+
+
+async def worker_process(
+    spec: dict[str, Any],
+    connect: Callable[[dict[str, Any]], Awaitable[tuple[T, list[Closer]]]],
+    body: Callable[[T, Journal], Awaitable[None]],
+) -> None:
+    """A worker process's life: ``connect(spec)`` opens what it calls (and what closes
+    it), then the ready / go handshake (:func:`ready_then_wait`), then ``body`` with
+    the life's journal (``spec["out"]``). The journal and the connections are closed
+    however ``body`` ends (errors of the closing suppressed: the process is ending)."""
+    calls, closers = await connect(spec)
+    await ready_then_wait(spec)
+    journal = Journal(spec["out"], spec["client"])
+    try:
+        await body(calls, journal)
+    finally:
+        journal.close()
+        for close in closers:
+            with contextlib.suppress(Exception):
+                await close()
+
+
+def worker_main(
+    module: str,
+    what: str,
+    run: Callable[[dict[str, Any]], Coroutine[Any, Any, None]],
+    argv: Sequence[str] | None = None,
+) -> None:
+    """The command line of a worker process: ``python -m MODULE SPEC`` (``what``: what
+    the JSON spec describes) runs ``run(spec)``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("spec", help=f"the {what}'s JSON spec")
+    asyncio.run(run(json.loads(parser.parse_args(argv).spec)))

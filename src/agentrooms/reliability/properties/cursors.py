@@ -14,18 +14,25 @@ read delivered consecutive events starting right after a position some ack had a
 for (no skip) and after every position an acknowledged ack answered before the read
 began (an event comes again only if its ack was not acknowledged); an acknowledged ack
 answered a position at or past its seq; the cursor ends at the log's last event.
+
+Through MCP there is no ack tool: ``read_new_events`` moves the cursor past what it
+returns (``ack="auto"``). There the consumers (:func:`auto_consumer`) only read and
+process, a life may be killed in the middle of a read, before processing what a read
+returned or after it, and ``check_cursors(..., ack="auto")`` asserts the auto ack's
+promise instead: per agent, no event is delivered twice; each read delivered
+consecutive events starting right after where an earlier read ended (or where a read
+whose answer was lost may have ended); an event that no answered read delivered is
+allowed only where a read's answer was lost (it may have taken it: at most once); the
+cursor ends at the log's last event.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import dataclasses
-import json
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,27 +40,33 @@ from typing import Any, Literal, Protocol
 from agentrooms.errors import StoreUnavailable
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
-    INCARNATIONS,
+    Closer,
     Journal,
-    Killed,
     Processes,
     PropertyReport,
-    Supervisor,
-    abandon,
     die,
+    die_at,
+    kill_point,
+    life,
     load_journals,
     prepare,
-    ready_then_wait,
+    supervised,
+    surface_of,
+    task_life,
     touch,
+    worker_main,
+    worker_process,
 )
 from agentrooms.reliability.properties.http import HttpEvents
 from agentrooms.rooms import Rooms
 from agentrooms.rooms.events import Events
-from agentrooms.store import Store, open_store
+from agentrooms.store import open_store
 
 __all__ = ["CursorWork", "check_cursors", "run_cursors"]
 
 POINTS = ("before_process", "after_process", "mid_ack", "after_ack")
+AUTO_POINTS = ("mid_read", "before_process", "after_process")
+SURFACES = ("library", "http", "mcp")
 SHARED = "shared"
 
 
@@ -72,13 +85,18 @@ class HasSeq(Protocol):
     def seq(self) -> int: ...
 
 
-class CursorCalls(Protocol):
-    """What a consumer calls: :class:`~agentrooms.rooms.events.Events`, or
-    :class:`~agentrooms.reliability.properties.http.HttpEvents` over HTTP."""
+class Reads(Protocol):
+    """What an :func:`auto_consumer` calls: :class:`~agentrooms.rooms.events.Events`,
+    or :class:`~agentrooms.reliability.properties.mcp.McpEvents` through MCP."""
 
     async def read_new(
         self, agent: str, limit: int = 100, *, ack: Literal["auto", "explicit"] = "auto"
     ) -> Sequence[HasSeq]: ...
+
+
+class CursorCalls(Reads, Protocol):
+    """What a :func:`consumer` calls: :class:`~agentrooms.rooms.events.Events`, or
+    :class:`~agentrooms.reliability.properties.http.HttpEvents` over HTTP."""
 
     async def ack(self, agent: str, seq: int) -> int: ...
 
@@ -123,10 +141,10 @@ async def consumer(
             here = kill_at if kill_at is not None and kill_at[0] == handled else None
             handled += 1
             if here and here[1] == "before_process":
-                _kill(journal, agent, here[1], in_process)
+                die_at(journal, agent, here[1], in_process)
             journal.note("process", agent, {"seq": event.seq})
             if here and here[1] == "after_process":
-                _kill(journal, agent, here[1], in_process)
+                die_at(journal, agent, here[1], in_process)
             n = journal.call("ack", agent, {"seq": event.seq})
             if here and here[1] == "mid_ack":
                 await _ack_cut_short(events, agent, event.seq, rng, in_process)
@@ -136,34 +154,81 @@ async def consumer(
                 continue
             journal.ret(n, {"position": position})
             if here and here[1] == "after_ack":
-                _kill(journal, agent, here[1], in_process)
-
-
-def _kill(journal: Journal, agent: str, point: str, in_process: bool) -> None:
-    journal.note("kill", agent, {"point": point})
-    die(in_process)
+                die_at(journal, agent, here[1], in_process)
 
 
 async def _ack_cut_short(
     events: CursorCalls, agent: str, seq: int, rng: random.Random, in_process: bool
 ) -> None:
-    """Die while the ack is in flight (after a few steps of the event loop, or a few
-    milliseconds for a process): it may or may not have been applied."""
-    ack = asyncio.ensure_future(events.ack(agent, seq))
+    """Die while the ack is in flight: it may or may not have been applied."""
+    await _cut_short(events.ack(agent, seq), rng, in_process)
+
+
+async def _cut_short(call: Awaitable[object], rng: random.Random, in_process: bool) -> None:
+    """Die while ``call`` is in flight (after a few steps of the event loop, or a few
+    milliseconds for a process)."""
+    flight = asyncio.ensure_future(call)
     if in_process:
         for _ in range(rng.randrange(4)):
             await asyncio.sleep(0)
-        ack.cancel()
+        flight.cancel()
     else:
-        await asyncio.wait([ack], timeout=rng.uniform(0.0, 0.01))
+        await asyncio.wait([flight], timeout=rng.uniform(0.0, 0.01))
     die(in_process)
 
 
+async def auto_consumer(
+    events: Reads,
+    agent: str,
+    journal: Journal,
+    rng: random.Random,
+    work: CursorWork,
+    kill_at: tuple[int, str] | None,
+    stopped: Callable[[], bool],
+    in_process: bool,
+) -> None:
+    """Read with the auto ack and process until the producer has stopped and nothing is
+    left; ``kill_at``: (the how-many-th read of this life, a point of
+    :data:`AUTO_POINTS`) to die at."""
+    reads = 0
+    while True:
+        here = kill_at[1] if kill_at is not None and kill_at[0] == reads else None
+        reads += 1
+        n = journal.call("read", agent, {"limit": work.batch, "ack": "auto"})
+        stop = stopped()  # read before the call: an empty read after it means the end
+        call = events.read_new(agent, rng.randint(1, work.batch), ack="auto")
+        if here == "mid_read":
+            journal.note("kill", agent, {"point": here})
+            await _cut_short(call, rng, in_process)
+        try:
+            got = await call
+        except UNKNOWN:
+            continue
+        journal.ret(n, {"seqs": [e.seq for e in got]})
+        if here == "before_process":
+            die_at(journal, agent, here, in_process)
+        for event in got:
+            journal.note("process", agent, {"seq": event.seq})
+        if here == "after_process":
+            die_at(journal, agent, here, in_process)
+        if not got:
+            if stop:
+                return
+            await asyncio.sleep(0.01)
+
+
 def check_cursors(
-    ops: list[Operation], last: int, cursors: dict[str, int]
+    ops: list[Operation],
+    last: int,
+    cursors: dict[str, int],
+    *,
+    ack: Literal["auto", "explicit"] = "explicit",
 ) -> tuple[list[str], dict[str, int]]:
     """The anomalies of a cursors history (``last``: the log's last seq at the end;
-    ``cursors``: each agent's final position), and counts of what it did."""
+    ``cursors``: each agent's final position; ``ack``: how its consumers read), and
+    counts of what it did."""
+    if ack == "auto":
+        return _check_auto(ops, last, cursors)
     found: list[str] = []
     counts: Counter[str] = Counter()
     per_agent: dict[str, list[Operation]] = defaultdict(list)
@@ -217,6 +282,49 @@ def check_cursors(
     return found, dict(counts)
 
 
+def _check_auto(
+    ops: list[Operation], last: int, cursors: dict[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """:func:`check_cursors` for consumers that read with the auto ack."""
+    found: list[str] = []
+    counts: Counter[str] = Counter({"lost_to_unknown_reads": 0})
+    per_agent: dict[str, list[Operation]] = defaultdict(list)
+    for op in ops:
+        if op.op == "read":
+            per_agent[op.key].append(op)
+    for agent in sorted(set(per_agent) | set(cursors)):
+        answered = [r for r in per_agent[agent] if not r.unknown and r.output["seqs"]]
+        lost = [r for r in per_agent[agent] if r.unknown]
+        delivered = Counter(s for r in answered for s in r.output["seqs"])
+        found.extend(
+            f"agent {agent}: event {s} delivered {k} times with the auto ack"
+            for s, k in sorted(delivered.items())
+            if k > 1
+        )
+        ends = {0} | {r.output["seqs"][-1] for r in answered}
+        for read in answered:
+            seqs = read.output["seqs"]
+            counts["reads"] += 1
+            if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+                found.append(f"agent {agent}: a read delivered {seqs}, not consecutive")
+            blind = any(r.call < (read.ret or 0) for r in lost)
+            if seqs[0] - 1 not in ends and not blind:
+                found.append(
+                    f"agent {agent}: a read started after {seqs[0] - 1}, where no read ended"
+                )
+        missing = [s for s in range(1, last + 1) if s not in delivered]
+        if missing and not lost:
+            found.append(f"agent {agent}: events {missing[:10]} never delivered")
+        counts["delivered"] += sum(delivered.values())
+        counts["lost_to_unknown_reads"] += len(missing) if lost else 0
+        if cursors.get(agent) != last:
+            found.append(f"agent {agent}: cursor ends at {cursors.get(agent)}, not {last}")
+    counts["events"] = last
+    counts["agents"] = len(cursors)
+    counts["kills"] = sum(op.op == "kill" for op in ops)
+    return found, dict(counts)
+
+
 async def run_cursors(
     url: str,
     room: str,
@@ -227,82 +335,74 @@ async def run_cursors(
     faults: bool,
     work: CursorWork | None = None,
     servers: Sequence[str] = (),
+    surface: str | None = None,
     started: asyncio.Event | None = None,
 ) -> PropertyReport:
     """Record and check one cursors history on the store at ``url`` (room ``room`` is
     created): ``workers`` agents with a consumer each, and two consumers of one shared
     agent. Consumer processes, or tasks for ``memory://``; ``faults`` kills them. With
     ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
-    consumers go through the HTTP API, each request to a random server. ``started`` is
-    set once the consumers run (for a caller that times faults of its own)."""
+    consumers go through ``surface`` (:func:`~.common.surface_of`): the HTTP API, each
+    request to a random server, or MCP, one session per consumer (the auto ack: see
+    above). ``started`` is set once the consumers run (for a caller that times faults
+    of its own). ``ValueError`` for a surface that cannot be run as asked."""
     work = work or CursorWork()
-    if servers and url.startswith("memory:"):
-        raise ValueError("servers cannot share a memory:// store")
     if not faults:
         work = dataclasses.replace(work, kills=0)
-    prepare(workdir)
+    in_process = prepare(url, workdir, servers)
+    surface = surface_of(servers, surface)
+    ack: Literal["auto", "explicit"] = "auto" if surface == "mcp" else "explicit"
     stop_file = workdir / f"{room}.stop"
     store = await open_store(url)
     slots = workers + 2
     paths: list[Path] = []
     try:
         events = (await Rooms(store).create(room)).events
-        in_process = url.startswith("memory:")
-        procs = Processes("agentrooms.reliability.properties.cursors", workdir)
+        procs = Processes(MODULE, workdir)
 
         async def body(slot: int, incarnation: int) -> bool:
-            client = slot * INCARNATIONS + incarnation
-            paths.append(workdir / f"cursors-{client}.jsonl")
+            client, path = life(workdir, "cursors", slot, incarnation)
+            paths.append(path)
             rng = random.Random(f"{seed}/{client}")
             kill_at = None
-            if incarnation < work.kills:
+            if incarnation < work.kills and ack == "auto":
+                kill_at = (
+                    rng.randrange(max(1, work.events // work.batch)),
+                    rng.choice(AUTO_POINTS),
+                )
+            elif incarnation < work.kills:
                 kill_at = (rng.randrange(work.events // 2), rng.choice(POINTS))
+            agent = _agent(slot, workers)
             if not in_process:
                 spec = {
                     "url": url,
                     "room": room,
                     "client": client,
-                    "out": str(paths[-1]),
+                    "out": str(path),
                     "seed": seed,
-                    "agent": _agent(slot, workers),
+                    "agent": agent,
                     "kill_at": kill_at,
                     "stop": str(stop_file),
                     "work": dataclasses.asdict(work),
                     "servers": list(servers),
+                    "surface": surface,
                 }
                 return await procs.run(slot, spec)
-            journal = Journal(paths[-1], client)
-            try:
-                await consumer(
-                    events,
-                    _agent(slot, workers),
-                    journal,
-                    rng,
-                    work,
-                    kill_at,
-                    stop_file.exists,
-                    True,
-                )
-            except Killed:
-                return False
-            finally:
-                journal.close()
-            return True
+            return await task_life(
+                path,
+                client,
+                lambda journal: consumer(
+                    events, agent, journal, rng, work, kill_at, stop_file.exists, True
+                ),
+            )
 
-        run = asyncio.create_task(Supervisor(slots, body).run())
-        try:
-            if not in_process:
-                await procs.release(slots, run)
-            if started is not None:
-                started.set()
+        async with supervised(slots, body, None if in_process else procs, started) as run:
             await _produce(events, work.events, random.Random(f"{seed}/producer"))
             touch(stop_file)
             await run
-        finally:
-            await abandon(run)
         ops = load_journals(paths)
         cursors = {a: await events.cursor(a) for a in {_agent(s, workers) for s in range(slots)}}
-        anomalies, counts = check_cursors(ops, await store.last_seq(room), cursors)
+        anomalies, counts = check_cursors(ops, await store.last_seq(room), cursors, ack=ack)
     finally:
         await store.close()
     return PropertyReport(
@@ -322,47 +422,44 @@ async def _produce(events: Events, count: int, rng: random.Random) -> None:
         await asyncio.sleep(rng.uniform(0.0, 0.01))
 
 
-async def _consumer_process(spec: dict[str, Any]) -> None:
-    store: Store | None = None
-    http: HttpEvents | None = None
-    if spec["servers"]:
+async def _connect(spec: dict[str, Any]) -> tuple[CursorCalls | Reads, list[Closer]]:
+    """What a consumer process calls: the log over HTTP or MCP, or through its own
+    store."""
+    if spec["surface"] == "mcp":
+        from agentrooms.reliability.properties.mcp import McpEvents  # the MCP SDK: slow
+
+        mcp = McpEvents(spec["servers"], spec["room"], spec["agent"], seed=spec["client"])
+        return mcp, [mcp.close]
+    if spec["surface"] == "http":
         http = HttpEvents(spec["servers"], spec["room"], seed=spec["client"])
-        events: CursorCalls = http
-    else:
-        store = await open_store(spec["url"])
-        events = Rooms(store).room(spec["room"]).events
-    await ready_then_wait(spec)
-    journal = Journal(spec["out"], spec["client"])
-    try:
-        rng = random.Random(f"{spec['seed']}/{spec['client']}")
-        kill_at = (
-            None if spec["kill_at"] is None else (int(spec["kill_at"][0]), str(spec["kill_at"][1]))
-        )
-        stop = Path(spec["stop"])
-        await consumer(
-            events,
-            spec["agent"],
-            journal,
-            rng,
-            CursorWork(**spec["work"]),
-            kill_at,
-            stop.exists,
-            False,
-        )
-    finally:
-        journal.close()
-        with contextlib.suppress(Exception):
-            if store is not None:
-                await store.close()
-            if http is not None:
-                await http.close()
+        return http, [http.close]
+    store = await open_store(spec["url"])
+    return Rooms(store).room(spec["room"]).events, [store.close]
+
+
+async def _consumer_process(spec: dict[str, Any]) -> None:
+    rng = random.Random(f"{spec['seed']}/{spec['client']}")
+    stop = Path(spec["stop"])
+    work, kill_at = CursorWork(**spec["work"]), kill_point(spec)
+
+    async def body(events: CursorCalls | Reads, journal: Journal) -> None:
+        if spec["surface"] == "mcp":
+            await auto_consumer(
+                events, spec["agent"], journal, rng, work, kill_at, stop.exists, False
+            )
+        else:
+            assert isinstance(events, HttpEvents | Events)
+            await consumer(events, spec["agent"], journal, rng, work, kill_at, stop.exists, False)
+
+    await worker_process(spec, _connect, body)
+
+
+MODULE = "agentrooms.reliability.properties.cursors"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """One consumer: ``python -m agentrooms.reliability.properties.cursors SPEC``."""
-    parser = argparse.ArgumentParser(prog="python -m agentrooms.reliability.properties.cursors")
-    parser.add_argument("spec", help="the consumer's JSON spec")
-    asyncio.run(_consumer_process(json.loads(parser.parse_args(argv).spec)))
+    worker_main(MODULE, "consumer", _consumer_process, argv)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,9 @@ is accepted, and the task ends done with the result and fence of that completion
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import random
 import signal
 from collections import Counter, defaultdict
@@ -32,16 +30,18 @@ from typing import Any, Protocol
 from agentrooms.errors import InvalidTransition, StaleFence, StoreUnavailable
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
-    INCARNATIONS,
+    Closer,
     Journal,
-    Killed,
     Processes,
     PropertyReport,
-    Supervisor,
-    abandon,
+    life,
     load_journals,
     prepare,
-    ready_then_wait,
+    supervised,
+    surface_of,
+    task_life,
+    worker_main,
+    worker_process,
 )
 from agentrooms.reliability.properties.http import HttpPlan
 from agentrooms.rooms import Rooms, TaskSpec
@@ -270,20 +270,22 @@ async def run_fences(
     faults: bool,
     work: FenceWork | None = None,
     servers: Sequence[str] = (),
+    surface: str | None = None,
     started: asyncio.Event | None = None,
 ) -> PropertyReport:
     """Record and check one fences history on the store at ``url`` (room ``room`` is
     created). Worker processes, or tasks for ``memory://``; ``faults`` adds stalls past
     the lease (and, for processes, SIGSTOP / SIGCONT and ``kill -9`` with a restart).
     With ``servers`` (the bases of ``agentrooms serve --dev`` processes on ``url``) the
-    workers go through the HTTP API, each request to a random server. ``started`` is
-    set once the workers run (for a caller that times faults of its own)."""
+    workers go through ``surface`` (:func:`~.common.surface_of`): the HTTP API, each
+    request to a random server, or MCP, one session per worker life. ``started`` is
+    set once the workers run (for a caller that times faults of its own).
+    ``ValueError`` for a surface that cannot be run as asked."""
     work = work or FenceWork()
-    if servers and url.startswith("memory:"):
-        raise ValueError("servers cannot share a memory:// store")
     if not faults:
         work = dataclasses.replace(work, stall=0.0)
-    prepare(workdir)
+    in_process = prepare(url, workdir, servers)
+    surface = surface_of(servers, surface)
     store = await open_store(url)
     injected = 0
     try:
@@ -291,26 +293,27 @@ async def run_fences(
         specs = [TaskSpec(f"t{i}", max_attempts=1000) for i in range(work.tasks)]
         await created.plan.add(specs)
         paths: list[Path] = []
-        if url.startswith("memory:"):
+        if in_process:
 
             async def task_body(slot: int, incarnation: int) -> bool:
-                client = slot * INCARNATIONS + incarnation
-                paths.append(workdir / f"fences-{client}.jsonl")
-                journal = Journal(paths[-1], client)
-                try:
-                    plan = Rooms(store).room(room).plan
-                    await fence_worker(plan, journal, random.Random(f"{seed}/{client}"), work)
-                except Killed:
-                    return False
-                finally:
-                    journal.close()
-                return True
+                client, path = life(workdir, "fences", slot, incarnation)
+                paths.append(path)
+                plan = Rooms(store).room(room).plan
+                rng = random.Random(f"{seed}/{client}")
+                return await task_life(
+                    path, client, lambda journal: fence_worker(plan, journal, rng, work)
+                )
 
-            if started is not None:
-                started.set()
-            await Supervisor(workers, task_body).run()
+            async with supervised(workers, task_body, None, started) as run:
+                await run
         else:
-            spec = {"url": url, "room": room, "seed": seed, "servers": list(servers)}
+            spec = {
+                "url": url,
+                "room": room,
+                "seed": seed,
+                "servers": list(servers),
+                "surface": surface,
+            }
             injected = await _processes(spec, workers, workdir, faults, work, paths, started)
         ops = load_journals(paths)
         anomalies, counts = check_fences(ops, await _final(store, room))
@@ -334,42 +337,39 @@ async def _processes(
     """Run the workers as processes (``spec``: what they share), faulted by
     :func:`_inject` with ``faults``; the faults injected. Each life's journal is
     added to ``paths``."""
-    procs = Processes("agentrooms.reliability.properties.fences", workdir)
+    procs = Processes(MODULE, workdir)
 
     async def body(slot: int, incarnation: int) -> bool:
-        client = slot * INCARNATIONS + incarnation
-        paths.append(workdir / f"fences-{client}.jsonl")
-        mine = {**spec, "client": client, "out": str(paths[-1]), "work": dataclasses.asdict(work)}
+        client, path = life(workdir, "fences", slot, incarnation)
+        paths.append(path)
+        mine = {**spec, "client": client, "out": str(path), "work": dataclasses.asdict(work)}
         return await procs.run(slot, mine)
 
-    run = asyncio.create_task(Supervisor(workers, body).run())
     injected = 0
-    try:
-        await procs.release(workers, run)
-        if started is not None:
-            started.set()
+    async with supervised(workers, body, procs, started) as run:
         if faults:
             rng = random.Random(f"{spec['seed']}/faults")
             injected = await _inject(run, procs, workers, rng, work)
         await run
-    finally:
-        await abandon(run)
     return injected
 
 
 async def _inject(
     run: asyncio.Task[None], procs: Processes, workers: int, rng: random.Random, work: FenceWork
 ) -> int:
-    """SIGSTOP a random worker past its lease and SIGCONT it, now and then ``kill -9``
-    one instead, until the run ends; the number of faults."""
-    injected = 0
+    """SIGSTOP a random working worker (one that has opened what it calls) past its
+    lease and SIGCONT it, now and then ``kill -9`` one instead (at most twice per
+    worker in all, so that a worker slow to start still gets to finish), until the run
+    ends; the number of faults."""
+    injected = kills = 0
     while not run.done():
         await asyncio.wait([run], timeout=rng.uniform(0.2, 0.6))
         slot = rng.randrange(workers)
-        if run.done():
-            break
+        if run.done() or not procs.working(slot):
+            continue
         if rng.random() < 0.25:
-            injected += procs.signal(slot, signal.SIGKILL)
+            if kills < 2 * workers and procs.signal(slot, signal.SIGKILL):
+                injected, kills = injected + 1, kills + 1
             continue
         if procs.signal(slot, signal.SIGSTOP):
             injected += 1
@@ -380,36 +380,37 @@ async def _inject(
     return injected
 
 
+async def _connect(spec: dict[str, Any]) -> tuple[PlanCalls, list[Closer]]:
+    """What a worker process calls: the plan over HTTP or MCP, or through its own
+    store."""
+    if spec["surface"] == "mcp":
+        from agentrooms.reliability.properties.mcp import McpPlan  # the MCP SDK: slow
+
+        agent = f"w{spec['client']}"  # the agent fence_worker claims as
+        mcp = McpPlan(spec["servers"], spec["room"], agent, seed=spec["client"])
+        return mcp, [mcp.close]
+    if spec["surface"] == "http":
+        http = HttpPlan(spec["servers"], spec["room"], seed=spec["client"])
+        return http, [http.close]
+    store = await open_store(spec["url"])
+    return Rooms(store).room(spec["room"]).plan, [store.close]
+
+
 async def _worker_process(spec: dict[str, Any]) -> None:
     fields = spec["work"]
     work = FenceWork(**{**fields, "stall_for": tuple(fields["stall_for"])})
     rng = random.Random(f"{spec['seed']}/{spec['client']}")
-    store: Store | None = None
-    http: HttpPlan | None = None
-    if spec["servers"]:
-        http = HttpPlan(spec["servers"], spec["room"], seed=spec["client"])
-        plan: PlanCalls = http
-    else:
-        store = await open_store(spec["url"])
-        plan = Rooms(store).room(spec["room"]).plan
-    await ready_then_wait(spec)
-    journal = Journal(spec["out"], spec["client"])
-    try:
-        await fence_worker(plan, journal, rng, work)
-    finally:
-        journal.close()
-        with contextlib.suppress(Exception):
-            if store is not None:
-                await store.close()
-            if http is not None:
-                await http.close()
+    await worker_process(
+        spec, _connect, lambda plan, journal: fence_worker(plan, journal, rng, work)
+    )
+
+
+MODULE = "agentrooms.reliability.properties.fences"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """One fences worker: ``python -m agentrooms.reliability.properties.fences SPEC``."""
-    parser = argparse.ArgumentParser(prog="python -m agentrooms.reliability.properties.fences")
-    parser.add_argument("spec", help="the worker's JSON spec")
-    asyncio.run(_worker_process(json.loads(parser.parse_args(argv).spec)))
+    worker_main(MODULE, "worker", _worker_process, argv)
 
 
 if __name__ == "__main__":

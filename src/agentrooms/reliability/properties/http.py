@@ -3,38 +3,26 @@
 :class:`HttpPlan` and :class:`HttpEvents` answer the calls the fences and cursors
 workers make on :class:`~agentrooms.rooms.plan.Plan` and
 :class:`~agentrooms.rooms.events.Events`, each request sent to a random one of several
-``agentrooms serve --dev`` servers (the agent named by ``X-Agent``). Failures are
-reported as the library reports them: ``409 stale_fence`` is ``StaleFence`` (with the
-current fence), ``409 invalid_transition`` is ``InvalidTransition``; a request sent
-and not answered, or answered ``503``, is an unknown outcome (:class:`UnknownOutcome`);
-a request no server accepted (connection refused: a killed server) goes to another one;
-``429`` is waited out and sent again (the rules of
-:class:`~agentrooms.reliability.surfaces.HttpSurface`, which this module does not import:
-it brings in the MCP SDK, a second of start-up for every worker process). Any other
-answer is a bug and raises ``RuntimeError``.
+``agentrooms serve --dev`` servers (the agent named by ``X-Agent``), by the rules of
+:mod:`agentrooms.reliability.outcomes`: a refused holder's call raises the library's
+exception (``StaleFence`` with the current fence, ``InvalidTransition``), an answer
+that may or may not have taken effect raises ``UnknownOutcome``; any other answer is a
+bug and raises ``RuntimeError``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
-from agentrooms.errors import InvalidTransition, StaleFence
-from agentrooms.rooms import keys
+from agentrooms.reliability.outcomes import HttpRequests, UnknownOutcome, refusal, unexpected
 from agentrooms.rooms.plan import Lease
 from agentrooms.store.types import JSON
 
-__all__ = ["HttpEvents", "HttpPlan", "UnknownOutcome"]
-
-
-class UnknownOutcome(ConnectionError):
-    """The request was sent and its answer never came, or was a 503: it may or may not
-    have taken effect."""
+__all__ = ["Delivered", "HttpEvents", "HttpPlan", "TaskState", "UnknownOutcome", "lease_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,59 +43,31 @@ class Delivered:
 
 
 class _Api:
-    """Requests about ``room`` to random servers of ``bases`` (drawn from ``seed``);
-    ``timeout``: seconds before a sent request's outcome is unknown."""
+    """Requests about ``room`` by the rules of
+    :class:`~agentrooms.reliability.outcomes.HttpRequests`."""
 
     def __init__(self, bases: Sequence[str], room: str, *, seed: int, timeout: float) -> None:
-        self.bases, self.room, self.timeout = list(bases), room, timeout
-        self.rng = random.Random(seed)
-        self.http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout))
+        self.room = room
+        self.requests = HttpRequests(bases, seed=seed, timeout=timeout)
 
     async def request(
         self, method: str, path: str, agent: str, body: Any = None
     ) -> httpx2.Response:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        url = f"/v1/rooms/{self.room}{path}"
-        while True:
-            base = self.rng.choice(self.bases)
-            try:
-                answer = await self.http.request(
-                    method, f"{base}{url}", headers={"X-Agent": agent}, json=body
-                )
-            except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
-                if loop.time() > deadline:  # never sent: another server may take it
-                    raise UnknownOutcome(f"no server answered {method} {path}") from exc
-                await asyncio.sleep(0.02)
-                continue
-            except httpx2.TransportError as exc:
-                raise UnknownOutcome(f"{method} {path}: {type(exc).__name__}") from exc
-            if answer.status_code == 429:
-                await asyncio.sleep(min(1.0, float(answer.headers.get("Retry-After", "1"))))
-                continue
-            if answer.status_code == 503:
-                raise UnknownOutcome(f"{method} {path}: 503 {answer.text[:200]}")
-            if answer.status_code >= 500:
-                raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text}")
-            return answer
+        return await self.requests.send(
+            method, f"/v1/rooms/{self.room}{path}", headers={"X-Agent": agent}, body=body
+        )
 
     @staticmethod
     def unexpected(answer: httpx2.Response) -> RuntimeError:
-        request = answer.request
-        return RuntimeError(
-            f"{request.method} {request.url}: unexpected {answer.status_code} {answer.text}"
-        )
+        return unexpected(answer)
 
     def refused(self, answer: httpx2.Response, lease: Lease) -> Exception:
         """The library's exception for a refused holder's call."""
         if answer.status_code == 409:
-            error = answer.json()["error"]
-            if error["type"] == "stale_fence":
-                current = error.get("details", {}).get("current")
-                return StaleFence(keys.task(lease.task_id), lease.fence, current)
-            if error["type"] == "invalid_transition":
-                return InvalidTransition(error["message"])
-        return self.unexpected(answer)
+            found = refusal(answer.json()["error"], lease.task_id, lease.fence)
+            if found is not None:
+                return found
+        return unexpected(answer)
 
 
 class HttpPlan:
@@ -124,14 +84,14 @@ class HttpPlan:
         if answer.status_code != 200:
             raise self.api.unexpected(answer)
         lease = answer.json()["lease"]
-        return None if lease is None else _lease(self.room, lease)
+        return None if lease is None else lease_of(self.room, lease)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         body = {"fence": lease.fence, "expires_at": lease.expires_at, "ttl": ttl}
         answer = await self.api.request("POST", f"/tasks/{lease.task_id}/renew", lease.agent, body)
         if answer.status_code != 200:
             raise self.api.refused(answer, lease)
-        return _lease(self.room, answer.json())
+        return lease_of(self.room, answer.json())
 
     async def complete(self, lease: Lease, result: JSON = None) -> None:
         body = {"fence": lease.fence, "expires_at": lease.expires_at, "result": result}
@@ -147,7 +107,7 @@ class HttpPlan:
         return [TaskState(t["id"], t["status"]) for t in answer.json()["tasks"]]
 
     async def close(self) -> None:
-        await self.api.http.aclose()
+        await self.api.requests.close()
 
 
 class HttpEvents:
@@ -173,10 +133,11 @@ class HttpEvents:
         return cursor
 
     async def close(self) -> None:
-        await self.api.http.aclose()
+        await self.api.requests.close()
 
 
-def _lease(room: str, data: dict[str, Any]) -> Lease:
+def lease_of(room: str, data: dict[str, Any]) -> Lease:
+    """A lease as the API answers it (``task_id``, ``agent``, ``fence``, ...)."""
     return Lease(
         room, data["task_id"], data["agent"], data["fence"], data["expires_at"], data["ttl"]
     )

@@ -21,12 +21,10 @@ its outcome was followed by a reconciler's check of that effect.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
 import itertools
-import json
 import os
 import random
 import signal
@@ -43,17 +41,20 @@ from agentrooms.errors import StaleFence, StoreUnavailable
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
     INCARNATIONS,
+    Closer,
     Journal,
-    Killed,
     Processes,
     PropertyReport,
-    Supervisor,
-    abandon,
-    die,
+    die_at,
+    kill_point,
+    life,
     load_journals,
     prepare,
-    ready_then_wait,
+    supervised,
+    task_life,
     touch,
+    worker_main,
+    worker_process,
 )
 from agentrooms.rooms import Rooms
 from agentrooms.store import open_store
@@ -124,7 +125,7 @@ async def performer(
     async def handler(effect: Effect) -> JSON:
         here = kill_at[1] if kill_at is not None and kill_at[0] == handled else None
         if here == "before_call":
-            _kill(journal, effect.id, here, in_process)
+            die_at(journal, effect.id, here, in_process)
         if here == "stop_before_call" and not in_process:
             journal.note("stop", effect.id, {"fence": effect.fence})
             os.kill(os.getpid(), signal.SIGSTOP)  # the run sends SIGCONT, leases later
@@ -132,7 +133,7 @@ async def performer(
         sink.perform(effect.id, effect.fence, journal.client)
         journal.ret(n, {})
         if here == "after_call":
-            _kill(journal, effect.id, here, in_process)
+            die_at(journal, effect.id, here, in_process)
         return {"sink": journal.client}
 
     worker = Worker(outbox, handler, name=f"p{journal.client}", lease_ttl=work.ttl)
@@ -162,11 +163,6 @@ async def performer(
         else:
             journal.ret(n, {"status": recorded.status})
         handled += 1
-
-
-def _kill(journal: Journal, key: str, point: str, in_process: bool) -> None:
-    journal.note("kill", key, {"point": point})
-    die(in_process)
 
 
 def check_outbox(
@@ -247,7 +243,7 @@ async def run_outbox(
     work = work or OutboxWork()
     if not faults:
         work = dataclasses.replace(work, kills=0)
-    prepare(workdir)
+    in_process = prepare(url, workdir)
     stop_file = workdir / f"{room}.stop"
     sink_path = workdir / f"{room}.sink.db"
     sink = Sink(sink_path)
@@ -257,12 +253,11 @@ async def run_outbox(
         outbox = Outbox(await Rooms(store).create(room))
         for i in range(work.effects):
             await outbox.request(f"e{i}", "call", {"i": i}, max_attempts=100)
-        in_process = url.startswith("memory:")
-        procs = Processes("agentrooms.reliability.properties.outbox", workdir)
+        procs = Processes(MODULE, workdir)
 
         async def body(slot: int, incarnation: int) -> bool:
-            client = slot * INCARNATIONS + incarnation
-            paths.append(workdir / f"outbox-{client}.jsonl")
+            client, path = life(workdir, "outbox", slot, incarnation)
+            paths.append(path)
             rng = random.Random(f"{seed}/{client}")
             kill_at = None
             if incarnation < work.kills:
@@ -274,28 +269,23 @@ async def run_outbox(
                     "url": url,
                     "room": room,
                     "client": client,
-                    "out": str(paths[-1]),
+                    "out": str(path),
                     "sink": str(sink_path),
                     "kill_at": kill_at,
                     "stop": str(stop_file),
                     "work": dataclasses.asdict(work),
                 }
                 return await procs.run(slot, spec)
-            journal = Journal(paths[-1], client)
-            try:
-                await performer(outbox, sink, journal, work, kill_at, stop_file.exists, True)
-            except Killed:
-                return False
-            finally:
-                journal.close()
-            return True
+            return await task_life(
+                path,
+                client,
+                lambda journal: performer(
+                    outbox, sink, journal, work, kill_at, stop_file.exists, True
+                ),
+            )
 
-        run = asyncio.create_task(Supervisor(workers, body).run())
-        if not in_process:
-            await procs.release(workers, run)
-        if started is not None:
-            started.set()
-        await _drive(outbox, sink, Journal(paths[0], RECONCILER), work, run, procs, stop_file)
+        async with supervised(workers, body, None if in_process else procs, started) as run:
+            await _drive(outbox, sink, Journal(paths[0], RECONCILER), work, run, procs, stop_file)
         ops = load_journals(paths)
         final = {e.id: {"status": e.status, "fence": e.fence} for e in await outbox.effects()}
         anomalies, counts = check_outbox(ops, final, sink.rows())
@@ -322,16 +312,19 @@ async def _drive(
     stop_file: Path,
 ) -> None:
     """Reconcile until every effect is terminal, then tell the performers to stop and
-    wait for them (resuming a stopped one). On an error, no worker is left behind."""
-    try:
-        await _reconcile(outbox, sink, journal, work, run, procs)
-        touch(stop_file)
-        while not run.done():  # a stopped performer has yet to finish its call
-            procs.resume_stopped(work.stop_for)
-            await asyncio.wait([run], timeout=0.05)
-        await run
-    finally:
-        await abandon(run)
+    wait for them (resuming a stopped one)."""
+    await _reconcile(outbox, sink, journal, work, run, procs)
+    touch(stop_file)
+    while not run.done():  # a stopped performer has yet to finish its call
+        await _tick(run, procs, work)
+    await run
+
+
+async def _tick(run: asyncio.Task[None], procs: Processes, work: OutboxWork) -> None:
+    """Resume a performer stopped for ``work.stop_for`` seconds, then wait a moment for
+    the performers to end."""
+    procs.resume_stopped(work.stop_for)
+    await asyncio.wait([run], timeout=0.05)
 
 
 async def _reconcile(
@@ -359,39 +352,42 @@ async def _reconcile(
                 await reconciler.run_once()
                 if all(e.status in TERMINAL for e in await outbox.effects()):
                     return
-            procs.resume_stopped(work.stop_for)
-            await asyncio.wait([run], timeout=0.05)
+            await _tick(run, procs, work)
         run.result()
     finally:
         journal.close()
 
 
-async def _performer_process(spec: dict[str, Any]) -> None:
+async def _connect(spec: dict[str, Any]) -> tuple[tuple[Outbox, Sink], list[Closer]]:
+    """What a performer process uses: the room's outbox through its own store, and the
+    sink."""
     store = await open_store(spec["url"])
-    await ready_then_wait(spec)
     sink = Sink(spec["sink"])
-    journal = Journal(spec["out"], spec["client"])
-    try:
-        kill_at = (
-            None if spec["kill_at"] is None else (int(spec["kill_at"][0]), str(spec["kill_at"][1]))
-        )
-        outbox = Outbox(Rooms(store).room(spec["room"]))
-        stop = Path(spec["stop"])
-        await performer(
-            outbox, sink, journal, OutboxWork(**spec["work"]), kill_at, stop.exists, False
-        )
-    finally:
-        journal.close()
+
+    async def close_sink() -> None:
         sink.close()
-        with contextlib.suppress(Exception):
-            await store.close()
+
+    return (Outbox(Rooms(store).room(spec["room"])), sink), [close_sink, store.close]
+
+
+async def _performer_process(spec: dict[str, Any]) -> None:
+    stop = Path(spec["stop"])
+    work, kill_at = OutboxWork(**spec["work"]), kill_point(spec)
+    await worker_process(
+        spec,
+        _connect,
+        lambda used, journal: performer(
+            used[0], used[1], journal, work, kill_at, stop.exists, False
+        ),
+    )
+
+
+MODULE = "agentrooms.reliability.properties.outbox"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """One performer: ``python -m agentrooms.reliability.properties.outbox SPEC``."""
-    parser = argparse.ArgumentParser(prog="python -m agentrooms.reliability.properties.outbox")
-    parser.add_argument("spec", help="the performer's JSON spec")
-    asyncio.run(_performer_process(json.loads(parser.parse_args(argv).spec)))
+    worker_main(MODULE, "performer", _performer_process, argv)
 
 
 if __name__ == "__main__":
