@@ -205,6 +205,7 @@ async def test_http_histories_stay_linearizable_under_server_kills_and_stops(
     assert reports["ConnectError: not sent, sent to another server"] > 0
     assert set(reports) <= {
         "ConnectError: not sent, sent to another server",
+        "ConnectTimeout: not sent, sent to another server",  # a loaded machine's backlog
         "ReadTimeout: unknown outcome",
         "ReadError: unknown outcome",
         "RemoteProtocolError: unknown outcome",
