@@ -144,7 +144,7 @@ async def test_batch_limit(store: Store, room: str) -> None:
 
 
 async def test_rate_limit_answers_429_with_retry_after(store: Store, room: str) -> None:
-    recording, c, auth = await _setup(store, room, HttpLimits(rate=0.5, burst=3))
+    recording, c, auth = await _setup(store, room, HttpLimits(rate=0.05, burst=3))
     limited_before = default_metrics().snapshot()["errors"]["rate_limited"]
     async with c:
         for _ in range(3):
