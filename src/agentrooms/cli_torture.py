@@ -59,9 +59,10 @@ def torture(
         str | None,
         typer.Option(
             "--url",
-            help="The store to torture (rooms named torture-*; they are left behind). "
-            "Default: a store isolated to the run (a temporary SQLite file, a Redis key "
-            "prefix, a PostgreSQL database, removed afterwards)",
+            help="The store to torture (rooms named torture-*; they are left behind; no "
+            "store faults). Default: a store of the run's own, removed afterwards (a "
+            "temporary SQLite file, a redis-server with appendfsync always, a PostgreSQL "
+            "database), reached through a fault proxy",
         ),
     ] = None,
     broken: Annotated[
@@ -85,7 +86,10 @@ def torture(
     Each history runs in fresh rooms: CLIENTS clients of OPS calls each
     (reads, puts, compare-and-sets, deletes, appends, commits with command
     ids), under faults drawn from what the backend and surface allow (kill -9
-    of client and server processes, SIGSTOP). Each is checked for
+    of client and server processes, SIGSTOP; on a store of the run's own, the
+    store's faults too: a proxy that delays, drops, resets or blackholes,
+    CLIENT PAUSE and a restart of Redis, pg_terminate_backend, kill -9 of a
+    SQLite writer). Each is checked for
     linearizability, a gapless log and commands applied once; a failing one
     is saved to --out with the command that replays it. Exit code 0 if every
     history passed, 1 if one failed.
