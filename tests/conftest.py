@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -102,27 +102,42 @@ class Backend:
     url: str
     shared_across_processes: bool
     _memory: Store | None = None
+    _opened: list[Store] = field(default_factory=list)
 
     async def open(self, limits: Limits | None = None) -> Store:
-        if self.name == "memory":
-            if limits is not None:
-                return await open_store(self.url, limits=limits)
+        """A handle on the backend's data, closed at the test's end if the test did not
+        close it (a failed assertion must not leak its connections into later tests)."""
+        if self.name == "memory" and limits is None:
             if self._memory is None:
                 self._memory = await open_store(self.url)
             return self._memory
-        return await open_store(self.url, limits=limits)
+        store = await open_store(self.url, limits=limits)
+        self._opened.append(store)
+        return store
+
+
+@pytest.fixture
+async def _opened_stores() -> AsyncIterator[list[Store]]:
+    """The stores a test's :class:`Backend` opened, closed at its end in its loop."""
+    opened: list[Store] = []
+    yield opened
+    for store in opened:
+        await store.close()
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     name: str = request.param
     if name == "memory":
-        return Backend(name, "memory://", shared_across_processes=False)
-    if name == "sqlite":
-        return Backend(name, f"sqlite:///{tmp_path / 'store.db'}", shared_across_processes=True)
-    if name == "redis":
-        return Backend(name, request.getfixturevalue("redis_url"), True)
-    return Backend(name, request.getfixturevalue("postgres_url"), True)
+        b = Backend(name, "memory://", shared_across_processes=False)
+    elif name == "sqlite":
+        b = Backend(name, f"sqlite:///{tmp_path / 'store.db'}", shared_across_processes=True)
+    elif name == "redis":
+        b = Backend(name, request.getfixturevalue("redis_url"), True)
+    else:
+        b = Backend(name, request.getfixturevalue("postgres_url"), True)
+    b._opened = request.getfixturevalue("_opened_stores")
+    return b
 
 
 @pytest.fixture

@@ -147,6 +147,7 @@ async def consumer(
                 die_at(journal, agent, here[1], in_process)
             n = journal.call("ack", agent, {"seq": event.seq})
             if here and here[1] == "mid_ack":
+                journal.note("kill", agent, {"point": here[1]})
                 await _ack_cut_short(events, agent, event.seq, rng, in_process)
             try:
                 position = await events.ack(agent, event.seq)

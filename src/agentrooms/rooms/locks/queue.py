@@ -141,8 +141,9 @@ class Locks(LockCore):
 
         With nobody waiting, it is ``release`` then ``wait_acquire``: the lock falls
         free (a ``lock.released`` event wakes anyone left in line unseen) and the caller
-        takes it again, most likely at once. So is a ``lock`` taken while free (not
-        handed over from the line), which most likely nobody waits for.
+        takes it again, most likely at once. A ``lock`` taken while free is no exception:
+        if someone joined the line since, the releasing write hands it over and puts the
+        caller behind them, so no agent that was waiting is overtaken.
 
         If ``lock`` had expired or changed hands: ``StaleFence`` with ``writes``
         (nothing is written, the caller is not in line), else the caller queues as
@@ -151,14 +152,6 @@ class Locks(LockCore):
         writes = list(writes)
         deadline = time.monotonic() + check_ttl(timeout, "a wait timeout")
         wanted = check_read(read)
-        if self._known.mark_of(lock) is not None:
-            # a grant of the free lock: most likely nobody waits, so no need to get
-            # ready to wait (and if someone joined, the release hands the lock over)
-            await self.release(lock, writes=writes)
-            left = max(deadline - time.monotonic(), 0.001)
-            return await self.wait_acquire(
-                lock.name, lock.owner, ttl=lock.ttl, timeout=left, read=wanted
-            )
         claim = Claim(lock.name, lock.owner, lock.ttl, uuid.uuid4().hex)
 
         async def join(waiter: _Waiter) -> Lock | int:
