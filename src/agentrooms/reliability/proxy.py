@@ -28,7 +28,7 @@ import struct
 import threading
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrooms.reliability.servers import free_port
@@ -47,7 +47,6 @@ class _Link:
     client: asyncio.StreamWriter
     target: asyncio.StreamWriter | None = None
     blackholed: bool = False
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def _rst(writer: asyncio.StreamWriter | None) -> None:
@@ -75,6 +74,7 @@ class TcpProxy:
         self.blackholing = False
         self.accepted = self.resets = self.dropped = 0
         self._links: set[_Link] = set()
+        self._pumps: set[asyncio.Task[None]] = set()  # every pump running, for stop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -130,10 +130,10 @@ class TcpProxy:
         if self._server is not None:
             self._server.close()
         self._reset_all(lambda link: True)
-        tasks = [t for link in list(self._links) for t in link.tasks]
-        for task in tasks:
+        pumps = list(self._pumps)
+        for task in pumps:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pumps, return_exceptions=True)
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the proxy's loop and await its result from the caller's."""
@@ -163,7 +163,7 @@ class TcpProxy:
         self._links.add(link)
         if self.blackholing:
             link.blackholed = True
-            await self._pump(reader, None, link, upstream=True)
+            await self._start(self._pump(reader, None, link, upstream=True))
             return
         try:
             target_reader, target = await asyncio.wait_for(
@@ -177,11 +177,15 @@ class TcpProxy:
         if link not in self._links:  # reset while it connected
             _rst(target)
             return
-        loop = asyncio.get_running_loop()
-        link.tasks = [
-            loop.create_task(self._pump(reader, target, link, upstream=True)),
-            loop.create_task(self._pump(target_reader, writer, link, upstream=False)),
-        ]
+        self._start(self._pump(reader, target, link, upstream=True))
+        self._start(self._pump(target_reader, writer, link, upstream=False))
+
+    def _start(self, pump: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``pump`` as a task that :meth:`stop` cancels if it is still running."""
+        task = asyncio.get_running_loop().create_task(pump)
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+        return task
 
     async def _pump(
         self,

@@ -1,0 +1,44 @@
+"""The fault proxy's stop ends every connection's pumps, forwarding and blackholed alike:
+none is left pending for the loop to destroy."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrooms.reliability.proxy import TcpProxy
+
+
+async def test_stop_ends_every_pump_of_live_and_blackholed_connections() -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1024):
+            writer.write(data)
+            await writer.drain()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    proxy = TcpProxy(("127.0.0.1", port))
+    proxy.start()
+    opened: list[asyncio.StreamWriter] = []
+    try:
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        opened.append(writer)
+        writer.write(b"ping")
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"ping"
+        proxy.blackholing = True
+        _, held = await asyncio.open_connection(*proxy.address)
+        opened.append(held)
+        held.write(b"into the hole")
+        for _ in range(100):  # until the proxy has accepted it and pumps it nowhere
+            if proxy.accepted == 2 and len(proxy._pumps) == 3:
+                break
+            await asyncio.sleep(0.01)
+        pumps = list(proxy._pumps)
+        assert len(pumps) == 3, pumps  # two for the live link, one for the blackholed
+    finally:
+        await asyncio.to_thread(proxy.stop)
+        for w in opened:
+            w.close()
+        server.close()
+        await server.wait_closed()
+    assert all(task.done() for task in pumps)
+    assert not proxy._pumps
