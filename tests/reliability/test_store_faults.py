@@ -110,6 +110,32 @@ def named(rig: Rig, cls: type[Any]) -> Fault:
     return found
 
 
+async def test_the_runner_creates_its_rooms_through_a_store_still_out_of_reach(
+    tmp_path: Path,
+) -> None:
+    """The torture runner's own room creation retries while the store is out of reach
+    (here: a Redis restart whose heal comes a moment later) instead of ending the run."""
+    from agentrooms.reliability.torture.runner import _create
+
+    async with store_under_test("redis", tmp_path) as rig:
+        store = await open_store(rig.direct_url)
+        try:
+            restart = named(rig, RedisRestart)
+            await restart.inject()
+
+            async def heal_soon() -> None:
+                await asyncio.sleep(1.5)
+                await restart.heal()
+
+            healing = asyncio.create_task(heal_soon())
+            await _create(Rooms(store), "made-through-a-restart")
+            await healing
+            assert (await Rooms(store).describe("made-through-a-restart")).name
+            await _create(Rooms(store), "made-through-a-restart")  # there already: fine
+        finally:
+            await store.close()
+
+
 # ------------------------------------------------------------------ each fault alone
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrooms.errors import StoreUnavailable, VersionConflict
 from agentrooms.reliability.history import Operation, dump_jsonl
 from agentrooms.reliability.recorder import (
     UNKNOWN_OUTCOME,
@@ -56,9 +57,12 @@ from agentrooms.reliability.torture.settings import (
     plan_faults,
 )
 from agentrooms.reliability.torture.summary import HistoryResult, Summary, kind_of, verdict
+from agentrooms.rooms import Rooms
 from agentrooms.store import Store, open_store
 
 __all__ = ["RunStore", "run_torture"]
+
+CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms
 
 # ------------------------------------------------------------------------------ runner
 
@@ -203,12 +207,11 @@ class _Runner:
         if self.cluster is None:
             return []
         from agentrooms.reliability.surfaces import logs
-        from agentrooms.rooms import Rooms
 
         bases = self.cluster.bases()
         assert self.store is not None
         rooms = Rooms(self.store)
-        await asyncio.gather(*(rooms.create(r) for r in (room, *logs(room))))
+        await asyncio.gather(*(_create(rooms, r) for r in (room, *logs(room))))
         return bases
 
     @staticmethod
@@ -405,3 +408,21 @@ async def run_torture(
                 await runner.close()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+async def _create(rooms: Rooms, room: str) -> None:
+    """Create ``room`` (a name of this run's own), retried while the store is out of
+    reach (a fault drawn for the history before may still be healing, or a reply come
+    late): a retry that finds the room there finds the first try's."""
+    deadline = time.monotonic() + CREATE_BUDGET
+    while True:
+        try:
+            await rooms.create(room)
+            return
+        except StoreUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.2)
+        except VersionConflict:
+            await rooms.describe(room)  # it exists (else NotFound)
+            return
