@@ -84,6 +84,13 @@ def serve(
     auth_failure_rate: Annotated[
         float, typer.Option(help="Per second, refilling an address's failed-auth allowance")
     ] = 1.0,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            envvar="AGENTROOMS_LOG_FORMAT",
+            help="text, or json: one JSON object per line on stderr, with request ids",
+        ),
+    ] = "text",
 ) -> None:
     """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
     _need_server("agentrooms serve")
@@ -102,12 +109,14 @@ def serve(
             auth_failure_rate=auth_failure_rate,
         )
         check_bind(host, auth)
+        if log_format not in ("text", "json"):
+            raise ValueError(f"--log-format must be text or json, not {log_format!r}")
     except ValueError as exc:
         fail("bad_request", exc, EXIT_USAGE)
     _prepare(url)
     for line in _banner(url, host, port, dev):
         console.print(line, soft_wrap=True)
-    run_server(url, host, port, auth, limits)
+    run_server(url, host, port, auth, limits, log_format=log_format)
 
 
 def mcp(

@@ -35,6 +35,7 @@ from agentrooms.errors import (
     Unauthorized,
 )
 from agentrooms.metrics import count_http_error, default_metrics
+from agentrooms.server.observe import note_error
 
 __all__ = [
     "ErrorBody",
@@ -115,6 +116,7 @@ def envelope(
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     count_http_error(kind)
+    note_error(kind)
     body = {"error": {"type": kind, "message": message, "details": _json_safe(details or {})}}
     return _EnvelopeResponse(body, status_code=status, headers=dict(headers or {}))
 
