@@ -10,7 +10,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentrooms.effects import Effect, Outbox, OutcomeUnknown, Worker
-from agentrooms.metrics import MAX_ROUTES, UNMATCHED_ROUTE
+from agentrooms.metrics import EFFECT_STATES, LEASE_EVENTS, MAX_ROUTES, UNMATCHED_ROUTE
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Store, open_store
 from agentrooms.store.types import JSON
@@ -64,11 +64,8 @@ async def test_requests_and_leases_are_counted(store: Store, room: str) -> None:
         assert (await c.get("/nowhere/at/all")).status_code == 404
         after = await scrape(c)
 
-    leases = "agentrooms_leases_total"
-    assert moved(before, after, leases, event="granted") == 2
-    assert moved(before, after, leases, event="renewed") == 1
-    assert moved(before, after, leases, event="expired") == 1
-    assert moved(before, after, leases, event="reclaimed") == 1
+    leases = {e: moved(before, after, "agentrooms_leases_total", event=e) for e in LEASE_EVENTS}
+    assert leases == {"granted": 2, "renewed": 1, "expired": 1, "reclaimed": 1, "lost": 0}
     requests = "agentrooms_http_requests_total"
     template = "/v1/rooms/{room}/tasks/{task}/claim"
     assert moved(before, after, requests, method="POST", route=template, status="2xx") == 3
@@ -144,11 +141,16 @@ async def test_effects_are_counted_by_the_state_they_move_into(store: Store, roo
 
         await Worker(outbox, handler, name="w1").drain()
         after = await scrape(c)
-    effects = "agentrooms_effects_total"
-    assert moved(before, after, effects, state="pending") == 2
-    assert moved(before, after, effects, state="in_progress") == 2
-    assert moved(before, after, effects, state="done") == 1
-    assert moved(before, after, effects, state="unknown") == 1
+    states = set(EFFECT_STATES.values())
+    effects = {s: moved(before, after, "agentrooms_effects_total", state=s) for s in states}
+    assert effects == {
+        "pending": 2,
+        "in_progress": 2,
+        "done": 1,
+        "unknown": 1,
+        "failed": 0,
+        "compensated": 0,
+    }
 
 
 def series_count(samples: Samples) -> int:
