@@ -47,6 +47,7 @@ __all__ = [
     "envelope",
     "error_response",
     "install_handlers",
+    "unexpected",
 ]
 
 log = logging.getLogger("agentrooms.server")
@@ -201,9 +202,14 @@ def _allowed(request: Request) -> list[str]:
     ]
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+def unexpected(method: str, path: str, exc: BaseException) -> Response:
+    """Log ``exc`` with its traceback and answer ``500 internal_error`` (no detail)."""
+    log.exception("unexpected error on %s %s", method, path, exc_info=exc)
     return envelope(500, "internal_error", "internal error (logged on the server)")
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    return unexpected(request.method, request.url.path, exc)
 
 
 def install_handlers(app: FastAPI) -> None:

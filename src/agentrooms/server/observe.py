@@ -5,7 +5,9 @@ a request id: the client's ``X-Request-Id`` if it is 1 to 128 printable ASCII ch
 without spaces, else a new one; the response carries it back in ``X-Request-Id``. When
 the request ends it counts it in :class:`~agentrooms.metrics.OperatorMetrics` by route
 *template* and status class, and logs one line on ``agentrooms.access``: ``INFO``, or
-``ERROR`` for a ``5xx``.
+``ERROR`` for a ``5xx``. An exception that escapes the app is logged with its traceback
+and answered ``500 internal_error`` here, within the request (the same answer
+:mod:`.envelope` gives).
 
 Every log line written while a request runs (the request line, an unexpected error, an
 MCP tool's error) carries that request's id, agent (once the token is known), room
@@ -142,18 +144,28 @@ class Observe:
         template, room = self.templates.match(scope["path"])
         context = RequestContext(request_id, scope, room)
         token = current.set(context)
-        status = 500  # if the app raises before it answers, the server answers 500
+        status, started = 500, False
 
         async def observed(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = int(message["status"])
+                status, started = int(message["status"]), True
                 headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
                 message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
             await self.app(scope, receive, observed)
+        except Exception as exc:
+            # answered here, inside the request's context, so that the error line has
+            # its request id and the 500 its X-Request-Id (the envelope module imports
+            # this one)
+            from agentrooms.server.envelope import unexpected
+
+            response = unexpected(scope["method"], scope["path"], exc)
+            if started:
+                raise  # the answer is under way: the server can only cut it off
+            await response(scope, receive, observed)
         finally:
             elapsed = time.monotonic() - start
             operator_metrics().request(scope["method"], template, status, elapsed)
