@@ -469,6 +469,8 @@ _operator: OperatorMetrics | None = None
 def operator_metrics() -> OperatorMetrics:
     """The process-wide :class:`OperatorMetrics` on prometheus-client's default registry."""
     global _operator
+    if _operator is not None:  # every commit asks: no lock once it exists
+        return _operator
     with _errors_lock:
         if _operator is None:
             _operator = OperatorMetrics(REGISTRY)
