@@ -127,11 +127,15 @@ def _task_json(task: Any, now: float) -> dict[str, Any]:
 
 
 _COLOUR = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
+MAX_DEPTH = 12
+"""Levels ``plan show`` nests before it draws a task's dependents as new top-level
+entries (``then ... (continued below)``), so a long chain stays within a terminal."""
 
 
 def plan_tree(room: str, tasks: list[Any], now: float) -> Tree:
     """The DAG as a tree that draws each task once (see ``plan show``): as many nodes as
-    tasks, and at most one back-reference line per task with a dependent drawn before."""
+    tasks, a back-reference line for dependents drawn before, and at most
+    :data:`MAX_DEPTH` levels (deeper dependents go on as new top-level entries)."""
     by_id = {t.id: t for t in tasks}
     tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
 
@@ -148,24 +152,26 @@ def plan_tree(room: str, tasks: list[Any], now: float) -> Tree:
         return text
 
     drawn: set[str] = set()
-
-    def add(node: Tree, task: Any) -> None:
+    roots = [t for t in tasks if not any(dep in by_id for dep in t.deps)]
+    pending: list[tuple[Tree, Any, int]] = []  # (parent node, task, depth): a stack
+    for root in reversed(roots):
+        pending.append((tree, root, 0))
+    while pending:  # depth first, in the order a recursive walk would draw
+        parent, task, depth = pending.pop()
+        if task.id in drawn:  # drawn since it was put on the stack, by another parent
+            parent.add(literal(f"also {task.id} (shown above)", "dim"))
+            continue
         drawn.add(task.id)
-        child = node.add(label(task))
-        shown: list[str] = []
-        for dependent in task.dependents:
-            if dependent not in by_id:
-                continue
-            if dependent in drawn:
-                shown.append(dependent)
-            else:
-                add(child, by_id[dependent])
+        node = parent.add(label(task))
+        shown = [d for d in task.dependents if d in by_id and d in drawn]
         if shown:
-            child.add(literal(f"also {', '.join(shown)} (shown above)", "dim"))
-
-    for task in tasks:
-        if task.id not in drawn and not any(dep in by_id for dep in task.deps):
-            add(tree, task)
+            node.add(literal(f"also {', '.join(shown)} (shown above)", "dim"))
+        fresh = [d for d in task.dependents if d in by_id and d not in drawn]
+        if fresh and depth + 1 >= MAX_DEPTH:  # too deep for a terminal: a new root
+            node.add(literal(f"then {', '.join(fresh)} (continued below)", "dim"))
+            pending[:0] = [(tree, by_id[d], 0) for d in reversed(fresh)]
+            continue
+        pending += [(node, by_id[d], depth + 1) for d in reversed(fresh)]
     return tree
 
 

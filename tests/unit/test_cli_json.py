@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrooms.cli import app
+from agentrooms.cli_rooms import MAX_DEPTH
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import open_store
 
@@ -158,3 +159,34 @@ def test_json_read_of_an_empty_store_is_still_json(url: str) -> None:
 def test_json_errors_stay_on_stderr(url: str) -> None:
     code, out, err = run("plan", "show", "nowhere", "--url", url, "--json")
     assert (code, out) == (4, "") and err.startswith("not_found: ")
+
+
+def test_plan_show_of_a_long_chain_stays_within_a_terminal(url: str) -> None:
+    """A chain deeper than ``MAX_DEPTH`` goes on as new top-level entries: every task
+    once, no line indented past the limit (and no recursion to run out of)."""
+    chain = [TaskSpec("c0000")] + [
+        TaskSpec(f"c{i:04d}", deps=[f"c{i - 1:04d}"]) for i in range(1, 1200)
+    ]
+    for start in range(0, len(chain), 500):
+        part = chain[start : start + 500]
+        if start == 0:
+            seed(url, "chain", part)
+        else:
+            add(url, "chain", part)
+    code, out, err = run("plan", "show", "chain", "--url", url)
+    assert (code, err) == (0, "")
+    assert all(nodes(out, f"c{i:04d}") == 1 for i in range(1200))
+    indents = [len(line) - len(line.lstrip("│├└─ ")) for line in out.splitlines()]
+    assert max(indents) <= 4 * (MAX_DEPTH + 1)
+    assert out.count("(continued below)") == 1200 // MAX_DEPTH - (1200 % MAX_DEPTH == 0)
+
+
+def add(url: str, room: str, specs: list[TaskSpec]) -> None:
+    async def work() -> None:
+        store = await open_store(url)
+        try:
+            await Rooms(store).room(room).plan.add(specs)
+        finally:
+            await store.close()
+
+    asyncio.run(work())
