@@ -77,6 +77,22 @@ def test_json_logs_carry_request_id_agent_room_and_error_type(tmp_path: Path, fl
         missing = httpx.get(f"{base}/v1/rooms/nope", headers={"X-Agent": "carol"})
         assert missing.status_code == 404
         made = missing.headers["X-Request-Id"]  # none given: the server made one
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+        mcp_headers = {
+            "X-Agent": "erin",
+            "X-Request-Id": "req-mcp-3",
+            "Accept": "application/json, text/event-stream",
+        }
+        assert httpx.post(f"{base}/mcp", json=init, headers=mcp_headers).status_code == 200
         bad_id = httpx.get(f"{base}/healthz", headers={"X-Request-Id": "has space\x7f"})
         assert bad_id.headers["X-Request-Id"] not in ("has space\x7f", "")
     finally:
@@ -98,6 +114,8 @@ def test_json_logs_carry_request_id_agent_room_and_error_type(tmp_path: Path, fl
     assert (absent["agent"], absent["room"], absent["error_type"]) == ("carol", "nope", "not_found")
     assert absent["http"]["status"] == 404 and len(made) >= 16
     assert by_id[bad_id.headers["X-Request-Id"]]["http"]["route"] == "/healthz"
+    mcp = by_id["req-mcp-3"]
+    assert (mcp["agent"], mcp["http"]["route"], mcp["http"]["status"]) == ("erin", "/mcp", 200)
     assert any(line["logger"].startswith("uvicorn") for line in lines)  # its lines are JSON too
 
 

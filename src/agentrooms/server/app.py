@@ -71,7 +71,8 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
         app.include_router(module.router, prefix="/v1")
     _operations(app, store)
     app.add_middleware(Gate, store=store, auth=auth, limits=limits)
-    app.add_middleware(Observe, templates=Templates(app))  # outermost: sees every answer
+    app.state.templates = Templates(app)  # mount_mcp adds /mcp to it
+    app.add_middleware(Observe, templates=app.state.templates)  # outermost: sees every answer
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -93,10 +93,18 @@ class Templates:
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
+        self._extra: set[str] = set()
         self._table: list[tuple[re.Pattern[str], str]] | None = None
 
+    def add(self, path: str) -> None:
+        """Match ``path`` exactly as a template of its own (an endpoint served ahead of
+        the app's routes, such as MCP's); before the first request."""
+        if self._table is not None:
+            raise RuntimeError("templates are added before the first request")
+        self._extra.add(path)
+
     def _build(self) -> list[tuple[re.Pattern[str], str]]:
-        paths = set(self.app.openapi().get("paths", {}))
+        paths = set(self.app.openapi().get("paths", {})) | self._extra
         mounts: set[str] = set()
         for route in self.app.router.routes:
             if isinstance(route, Mount):
