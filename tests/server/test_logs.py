@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from agentrooms.cli import app
 from agentrooms.server.observe import JsonFormatter
 from agentrooms.store import Store
-from tests.helpers import free_port
+from tests.helpers import MCP_INITIALIZE, free_port
 from tests.server.support import BASE, make_app
 
 
@@ -77,22 +77,14 @@ def test_json_logs_carry_request_id_agent_room_and_error_type(tmp_path: Path, fl
         missing = httpx.get(f"{base}/v1/rooms/nope", headers={"X-Agent": "carol"})
         assert missing.status_code == 404
         made = missing.headers["X-Request-Id"]  # none given: the server made one
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        }
         mcp_headers = {
             "X-Agent": "erin",
             "X-Request-Id": "req-mcp-3",
             "Accept": "application/json, text/event-stream",
         }
-        assert httpx.post(f"{base}/mcp", json=init, headers=mcp_headers).status_code == 200
+        assert (
+            httpx.post(f"{base}/mcp", json=MCP_INITIALIZE, headers=mcp_headers).status_code == 200
+        )
         bad_id = httpx.get(f"{base}/healthz", headers={"X-Request-Id": "has space\x7f"})
         assert bad_id.headers["X-Request-Id"] not in ("has space\x7f", "")
     finally:
