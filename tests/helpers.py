@@ -65,3 +65,16 @@ async def in_line(store: Store, room: str, n: int) -> None:
     """Wait until ``n`` waiters are in the line of ``room``'s locks."""
     while len((await store.scan(room, "lockq/")).records) < n:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
+
+
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+"""An MCP ``initialize`` request, for a test that POSTs one to a server's ``/mcp``."""

@@ -1,14 +1,18 @@
 """What every command of the ``agentrooms`` command line shares: exit codes, literal
-printing, the default store, the ``--url`` option and running a command against a store."""
+printing, ``--json`` output, the default store, the ``--url`` option and running a command
+against a store."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
@@ -100,6 +104,33 @@ def fail(code: str, message: object, exit_with: int) -> NoReturn:
     """Print ``<code>: <message>`` as one line on stderr and exit with ``exit_with``."""
     _error_line(code, message)
     raise typer.Exit(exit_with)
+
+
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON document on stdout (and nothing else there) instead"
+    ),
+]
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON data: dataclasses as objects of their fields, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def emit_json(document: Any) -> None:
+    """Print ``document`` (made :func:`plain`) as one JSON document and a newline on
+    stdout: ASCII only, so no terminal encoding can break it, and never through Rich
+    (no wrapping, no markup)."""
+    sys.stdout.write(json.dumps(plain(document), ensure_ascii=True, allow_nan=False) + "\n")
+    sys.stdout.flush()
 
 
 def shown_url(url: str) -> str:

@@ -15,11 +15,13 @@ from agentrooms.cli_common import (
     DEFAULT_URL,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    JsonOption,
     RoomArg,
     UrlOption,
     _run,
     _when,
     console,
+    emit_json,
     fail,
     literal,
     say,
@@ -40,9 +42,16 @@ tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_he
 def rooms_list(
     url: UrlOption = DEFAULT_URL,
     archived: Annotated[bool, typer.Option("--archived", help="Include archived rooms")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """List rooms with their newest event and ready tasks (or say which store has none)."""
+    """List rooms with their newest event and ready tasks (or say which store has none).
+
+    ``--json``: ``{"rooms": [...]}``, each room's name, description, metadata,
+    created_at, archived, last_seq and ready."""
     infos = _run(url, lambda store: Rooms(store).list(include_archived=archived))
+    if as_json:
+        emit_json({"rooms": infos})
+        return
     if not infos:
         say("no rooms in the store ", shown_url(url))
         return
@@ -93,20 +102,45 @@ def rooms_delete(
 
 
 @plan_app.command("show")
-def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
-    """The plan as a tree of dependencies, with owners, leases and fencing tokens."""
+def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+    """The plan as a DAG of dependencies, with owners, leases and fencing tokens: each
+    task is drawn once, under the first task it waits for; a dependent already drawn
+    is named on one ``also ... (shown above)`` line instead of being drawn again.
+
+    ``--json``: ``{"room", "now", "tasks": [...]}``, every task's stored fields with its
+    ``version`` and ``lease_remaining`` (seconds by the store's clock, or null)."""
 
     async def work(store: Store) -> tuple[list[Any], float]:
         tasks = await Rooms(store).room(room).plan.tasks()
         return tasks, (await store.read(room, [])).now
 
     tasks, now = _run(url, work)
+    if as_json:
+        emit_json({"room": room, "now": now, "tasks": [_task_json(t, now) for t in tasks]})
+        return
+    console.print(plan_tree(room, tasks, now))
+
+
+def _task_json(task: Any, now: float) -> dict[str, Any]:
+    remaining = None if task.lease_expires is None else task.lease_expires - now
+    return {"id": task.id, **task.to_value(), "version": task.version, "lease_remaining": remaining}
+
+
+_COLOUR = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
+MAX_DEPTH = 12
+"""Levels ``plan show`` nests before it draws a task's dependents as new top-level
+entries (``then ... (continued below)``), so a long chain stays within a terminal."""
+
+
+def plan_tree(room: str, tasks: list[Any], now: float) -> Tree:
+    """The DAG as a tree that draws each task once (see ``plan show``): as many nodes as
+    tasks, a back-reference line for dependents drawn before, and at most
+    :data:`MAX_DEPTH` levels (deeper dependents go on as new top-level entries)."""
     by_id = {t.id: t for t in tasks}
-    colour = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
     tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
 
     def label(task: Any) -> Text:
-        text = Text.assemble(literal(f"{task.status:9}", colour.get(task.status, "")), " ")
+        text = Text.assemble(literal(f"{task.status:9}", _COLOUR.get(task.status, "")), " ")
         text.append_text(literal(task.id))
         if task.title:
             text.append_text(literal(f"  {task.title}"))
@@ -117,16 +151,28 @@ def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
             text.append_text(literal(f"  by {task.owner} (fence {task.fence})"))
         return text
 
-    def add(node: Tree, task: Any, path: frozenset[str]) -> None:
-        child = node.add(label(task))
-        for dependent in task.dependents:
-            if dependent in by_id and dependent not in path:
-                add(child, by_id[dependent], path | {dependent})
-
-    for task in tasks:
-        if not any(dep in by_id for dep in task.deps):
-            add(tree, task, frozenset({task.id}))
-    console.print(tree)
+    drawn: set[str] = set()
+    roots = [t for t in tasks if not any(dep in by_id for dep in t.deps)]
+    pending: list[tuple[Tree, Any, int]] = []  # (parent node, task, depth): a stack
+    for root in reversed(roots):
+        pending.append((tree, root, 0))
+    while pending:  # depth first, in the order a recursive walk would draw
+        parent, task, depth = pending.pop()
+        if task.id in drawn:  # drawn since it was put on the stack, by another parent
+            parent.add(literal(f"also {task.id} (shown above)", "dim"))
+            continue
+        drawn.add(task.id)
+        node = parent.add(label(task))
+        shown = [d for d in task.dependents if d in by_id and d in drawn]
+        if shown:
+            node.add(literal(f"also {', '.join(shown)} (shown above)", "dim"))
+        fresh = [d for d in task.dependents if d in by_id and d not in drawn]
+        if fresh and depth + 1 >= MAX_DEPTH:  # too deep for a terminal: a new root
+            node.add(literal(f"then {', '.join(fresh)} (continued below)", "dim"))
+            pending[:0] = [(tree, by_id[d], 0) for d in reversed(fresh)]
+            continue
+        pending += [(node, by_id[d], depth + 1) for d in reversed(fresh)]
+    return tree
 
 
 # ------------------------------------------------------------------------------ tail
@@ -139,10 +185,15 @@ def tail(
         int | None, typer.Option("--after", help="Start after this sequence (default: now)")
     ] = None,
     count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time)")
+    ] = False,
 ) -> None:
     """Follow a room's events live (woken by the store; moves no agent's cursor).
 
-    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped."""
+    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped. ``--json``: a
+    stream, so one JSON document per line and event (``seq``, ``type``, ``data``,
+    ``time``), each printed as it arrives."""
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -152,8 +203,12 @@ def tail(
         while count is None or shown < count:
             batch = await events.read(position, 100)
             for event in batch:
-                data = json.dumps(event.data, ensure_ascii=False)
-                say(literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"), " ", data)
+                if as_json:
+                    emit_json(event)  # seq, type, data, time
+                else:
+                    data = json.dumps(event.data, ensure_ascii=False)
+                    seq = literal(f"#{event.seq}", "dim")
+                    say(seq, " ", literal(event.type, "bold"), " ", data)
                 position = event.seq
                 shown += 1
                 if count is not None and shown >= count:
@@ -210,14 +265,20 @@ def tokens_revoke(
 
 
 @tokens_app.command("list")
-def tokens_list(url: UrlOption = DEFAULT_URL) -> None:
-    """List tokens (never their secrets)."""
+def tokens_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+    """List tokens (never their secrets).
+
+    ``--json``: ``{"now", "tokens": [...]}``, each token's id, agent, rooms, scopes, role,
+    created_at, expires_at and revoked_at (store clock)."""
     from agentrooms.server import list_tokens
 
     async def work(store: Store) -> tuple[list[Any], float]:
         return await list_tokens(store), (await store.read("_auth", [])).now
 
     tokens, now = _run(url, work)
+    if as_json:
+        emit_json({"now": now, "tokens": tokens})
+        return
     if not tokens:
         say("no tokens in the store ", shown_url(url))
         return

@@ -15,6 +15,7 @@ from agentrooms.cli_common import (
     EXIT_FINDING,
     EXIT_OK,
     EXIT_USAGE,
+    JsonOption,
     RoomArg,
     UrlOption,
     _need_server,
@@ -22,9 +23,11 @@ from agentrooms.cli_common import (
     _report,
     _run,
     console,
+    emit_json,
     err_console,
     fail,
     literal,
+    plain,
     say,
     shown_url,
 )
@@ -81,6 +84,13 @@ def serve(
     auth_failure_rate: Annotated[
         float, typer.Option(help="Per second, refilling an address's failed-auth allowance")
     ] = 1.0,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            envvar="AGENTROOMS_LOG_FORMAT",
+            help="text, or json: one JSON object per line on stderr, with request ids",
+        ),
+    ] = "text",
 ) -> None:
     """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
     _need_server("agentrooms serve")
@@ -99,12 +109,14 @@ def serve(
             auth_failure_rate=auth_failure_rate,
         )
         check_bind(host, auth)
+        if log_format not in ("text", "json"):
+            raise ValueError(f"--log-format must be text or json, not {log_format!r}")
     except ValueError as exc:
         fail("bad_request", exc, EXIT_USAGE)
     _prepare(url)
     for line in _banner(url, host, port, dev):
         console.print(line, soft_wrap=True)
-    run_server(url, host, port, auth, limits)
+    run_server(url, host, port, auth, limits, log_format=log_format)
 
 
 def mcp(
@@ -133,12 +145,18 @@ def mcp(
         raise typer.Exit(_report(exc, url)) from exc
 
 
-def doctor(url: UrlOption = DEFAULT_URL) -> None:
-    """Check the store connection and its durability settings, and say what is unsafe."""
+def doctor(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+    """Check the store connection and its durability settings, and say what is unsafe.
+
+    ``--json``: ``{"backend", "url", "durability", "warnings", "details", "now"}``; the
+    exit code is the same (1 when there are warnings)."""
 
     async def work(store: Store) -> int:
         info = await store.info()
         snap = await store.read("doctor", ["probe"])
+        if as_json:
+            emit_json({**plain(info), "now": snap.now})
+            return EXIT_FINDING if info.warnings else EXIT_OK
         table = Table(show_header=False, box=None)
         table.add_row("backend", info.backend)
         table.add_row("url", literal(info.url))
@@ -165,13 +183,20 @@ def migrate(
     step: Annotated[
         str, typer.Option(help="expand | migrate | contract | all | rollback | status")
     ] = "status",
+    as_json: JsonOption = False,
 ) -> None:
-    """Expand / migrate / contract a projection to a new version without stopping readers."""
+    """Expand / migrate / contract a projection to a new version without stopping readers.
+
+    ``--json``: the migration's status after the step (name, old, new, phase, active,
+    old_position, new_position, head)."""
     from agentrooms.sourcing.migration import migrate_projection
 
     if step not in ("expand", "migrate", "contract", "all", "rollback", "status"):
         fail("bad_request", f"unknown step {step!r}", EXIT_USAGE)
     status = _run(url, lambda store: migrate_projection(store, room, old, new, step=step))  # type: ignore[arg-type]
+    if as_json:
+        emit_json(status)
+        return
     say(
         f"{status.name}: v{status.old} -> v{status.new}, phase {status.phase or 'not started'}, "
         f"readers on v{status.active}; positions old {status.old_position}, "

@@ -60,7 +60,7 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentrooms.metrics import Metrics, default_metrics
+from agentrooms.metrics import Metrics, default_metrics, operator_metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.store.base import Store
 from agentrooms.store.types import (
@@ -473,6 +473,7 @@ async def _write(
             if cmd_key is None:
                 raise  # the outcome is unknown and nothing can tell us: the caller decides
             return None  # re-read: the recorded outcome tells whether it committed
+        operator_metrics().appended(append.type for append in change.appends)
         return CommitResult(
             change.result,
             done.versions,

@@ -3,7 +3,11 @@
 * :class:`Metrics`: the commit loop's contention metrics, by kind;
 * :class:`WriterMetrics`: designated writers' queues (depth, apply latency, outcomes);
 * :func:`count_http_error`, :func:`count_mcp_error`: error responses of the HTTP API and
-  MCP tool errors, by error type, on the default registry (served at ``/metrics``).
+  MCP tool errors, by error type, on the default registry (served at ``/metrics``);
+* :class:`OperatorMetrics` (:func:`operator_metrics`, on the default registry): HTTP
+  requests by route template and status class, leases and effects by what happened to
+  them, lock waiters and their wait, cursor lag. docs/why-metrics.md says why each label
+  is what it is.
 
 The commit loop's metrics, separated by kind, for Prometheus and an in-process snapshot:
 
@@ -23,28 +27,41 @@ one (the first values seen keep their own series for the life of the ``Metrics``
 from __future__ import annotations
 
 import collections
+import contextlib
 import statistics
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
+    "EFFECT_STATES",
+    "HTTP_METHODS",
     "KINDS",
+    "LEASE_EVENTS",
+    "LOCK_WAIT_OUTCOMES",
     "MAX_PREFIXES",
     "MAX_PREFIX_LENGTH",
+    "MAX_ROUTES",
     "NO_PREFIX",
+    "OTHER_METHOD",
     "OTHER_PREFIX",
+    "OTHER_ROUTE",
     "OUTCOMES",
+    "STATUS_CLASSES",
+    "UNMATCHED_ROUTE",
     "WRITER_OUTCOMES",
     "BoundedLabel",
     "Metrics",
+    "OperatorMetrics",
     "WriterMetrics",
     "count_http_error",
     "count_mcp_error",
     "default_metrics",
     "default_writer_metrics",
+    "operator_metrics",
 ]
 
 KINDS = (
@@ -319,3 +336,142 @@ def count_mcp_error(kind: str) -> None:
                 registry=REGISTRY,
             )
     _mcp_errors.labels(kind).inc()
+
+
+# ------------------------------------------------------------------- the operator's view
+
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+OTHER_METHOD = "OTHER"
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+UNMATCHED_ROUTE = "(unmatched)"
+OTHER_ROUTE = "(other)"
+MAX_ROUTES = 128
+LEASE_EVENTS = ("granted", "renewed", "expired", "reclaimed", "lost")
+# the state an effect is in after each of its events (``effect.<event>``)
+EFFECT_STATES = {
+    "requested": "pending",
+    "retry": "pending",
+    "claimed": "in_progress",
+    "reconciling": "in_progress",
+    "unknown": "unknown",
+    "failed": "failed",
+    "succeeded": "done",
+    "compensated": "compensated",
+}
+LOCK_WAIT_OUTCOMES = ("granted", "gave_up")
+_LAG_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
+_WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+
+
+class OperatorMetrics:
+    """What an operator watches, every label from a fixed set (no room, agent, key or
+    raw path is ever a label):
+
+    * ``agentrooms_http_requests_total`` / ``agentrooms_http_request_seconds``: by
+      ``method`` (:data:`HTTP_METHODS`, else :data:`OTHER_METHOD`), ``route`` (the
+      route's template such as ``/v1/rooms/{room}/tasks/{task_id}``,
+      :data:`UNMATCHED_ROUTE` when none matches; at most :data:`MAX_ROUTES` templates,
+      then :data:`OTHER_ROUTE`) and ``status`` class (:data:`STATUS_CLASSES`);
+    * ``agentrooms_leases_total{event}``: task leases :data:`LEASE_EVENTS`, counted from
+      the events a commit appended (``lease.<event>``);
+    * ``agentrooms_effects_total{state}``: outbox effects moving into each state of
+      :data:`EFFECT_STATES`, from their ``effect.<event>`` events;
+    * ``agentrooms_lock_waiters`` (gauge) and ``agentrooms_lock_wait_seconds{outcome}``:
+      waiters in line in this process, and the time each spent in line;
+    * ``agentrooms_cursor_lag_events``: a histogram of how far behind the log's head a
+      cursor is when its agent reads or acknowledges (one observation per read, no room
+      label: the distribution over every room and agent). Thread-safe."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ["method", "route", "status"]
+        self._requests = Counter(
+            "agentrooms_http_requests", "HTTP requests answered", labels, registry=self.registry
+        )
+        self._request_seconds = Histogram(
+            "agentrooms_http_request_seconds",
+            "Time to answer an HTTP request (a stream: until it ends)",
+            labels,
+            registry=self.registry,
+        )
+        self._leases = Counter(
+            "agentrooms_leases", "Task lease events", ["event"], registry=self.registry
+        )
+        self._effects = Counter(
+            "agentrooms_effects",
+            "Outbox effects moving into a state",
+            ["state"],
+            registry=self.registry,
+        )
+        self._waiters = Gauge(
+            "agentrooms_lock_waiters",
+            "Lock waiters in line in this process",
+            registry=self.registry,
+        )
+        self._wait = Histogram(
+            "agentrooms_lock_wait_seconds",
+            "Time a waiter spent in a lock's line",
+            ["outcome"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self._lag = Histogram(
+            "agentrooms_cursor_lag_events",
+            "Events after a cursor, when its agent reads or acknowledges",
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self._route = BoundedLabel(MAX_ROUTES, OTHER_ROUTE)
+        for event in LEASE_EVENTS:
+            self._leases.labels(event)
+        for state in sorted(set(EFFECT_STATES.values())):
+            self._effects.labels(state)
+
+    def request(self, method: str, route: str | None, status: int, seconds: float) -> None:
+        """Count one answered request; ``route`` is its template (``None``: none matched)."""
+        verb = method if method in HTTP_METHODS else OTHER_METHOD
+        template = UNMATCHED_ROUTE if route is None else self._route(route)
+        status_class = f"{status // 100}xx" if 100 <= status < 600 else "5xx"
+        self._requests.labels(verb, template, status_class).inc()
+        self._request_seconds.labels(verb, template, status_class).observe(max(0.0, seconds))
+
+    def appended(self, types: Iterable[str]) -> None:
+        """Count the lease and effect events among the types of events one write appended
+        (call it once the write is in; other types are not counted)."""
+        for kind in types:
+            family, _, event = kind.partition(".")
+            if family == "lease" and event in LEASE_EVENTS:
+                self._leases.labels(event).inc()
+            elif family == "effect" and event in EFFECT_STATES:
+                self._effects.labels(EFFECT_STATES[event]).inc()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A waiter in line for the block's duration: ``granted`` when it ends normally,
+        ``gave_up`` when it raises (a timeout, a cancellation)."""
+        start = time.monotonic()
+        self._waiters.inc()
+        outcome = "gave_up"
+        try:
+            yield
+            outcome = "granted"
+        finally:
+            self._waiters.dec()
+            self._wait.labels(outcome).observe(time.monotonic() - start)
+
+    def cursor_lag(self, events: int) -> None:
+        self._lag.observe(max(0, events))
+
+
+_operator: OperatorMetrics | None = None
+
+
+def operator_metrics() -> OperatorMetrics:
+    """The process-wide :class:`OperatorMetrics` on prometheus-client's default registry."""
+    global _operator
+    if _operator is not None:  # every commit asks: no lock once it exists
+        return _operator
+    with _errors_lock:
+        if _operator is None:
+            _operator = OperatorMetrics(REGISTRY)
+        return _operator

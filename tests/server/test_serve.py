@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import free_port
+from tests.helpers import MCP_INITIALIZE, free_port
 
 
 def test_serve_answers_http_and_mcp(tmp_path: Path) -> None:
@@ -36,19 +36,9 @@ def test_serve_answers_http_and_mcp(tmp_path: Path) -> None:
         me = {"X-Agent": "me"}
         created = httpx.post(f"{base}/v1/rooms", json={"name": "r1"}, headers=me)
         assert created.status_code == 201
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        }
         answer = httpx.post(
             f"{base}/mcp",
-            json=init,
+            json=MCP_INITIALIZE,
             headers={**me, "Accept": "application/json, text/event-stream"},
         )
         assert answer.status_code == 200 and '"tools"' in answer.text

@@ -20,6 +20,7 @@ from typing import Literal
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, VersionConflict
+from agentrooms.metrics import operator_metrics
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import JSON, Absent, Append, Event, Put, VersionIs
@@ -71,13 +72,25 @@ class Events:
             position = 0 if record is None else int(record.value["seq"])
             events = await self._scope.store.read_log(self._scope.room, position, limit)
             if not events or ack == "explicit":
+                await self._observe_lag(position, len(events), limit, moved=False)
                 return events
             guard = Absent(key) if record is None else VersionIs(key, record.version)
             try:
                 await self._scope.transact([guard], [Put(key, {"seq": events[-1].seq})])
             except VersionConflict:
                 continue  # another reader with this name moved the cursor: discard, re-read
+            await self._observe_lag(events[-1].seq, len(events), limit, moved=True)
             return events
+
+    async def _observe_lag(self, cursor: int, page: int, limit: int, *, moved: bool) -> None:
+        """Observe how many events follow the cursor (at ``cursor`` now) after a read of
+        ``page`` events (``moved``: the cursor passed them). A page shorter than ``limit``
+        reached the head, so no read is needed; a full one reads the head's number."""
+        if page < limit:
+            lag = 0 if moved else page
+        else:
+            lag = await self._scope.store.last_seq(self._scope.room) - cursor
+        operator_metrics().cursor_lag(lag)
 
     async def ack(self, agent: str, seq: int) -> int:
         """Advance ``agent``'s cursor to ``seq`` (never backwards, never past the head)."""
@@ -95,6 +108,7 @@ class Events:
             return Change(writes=[Put(key, {"seq": seq})], result=seq)
 
         position: int = (await self._scope.commit(advance, seq, [key])).result
+        operator_metrics().cursor_lag(head - position)
         return position
 
     async def resync(self, agent: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from agentrooms.commit import Change, CommitResult, Transition, View, commit
 from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
-from agentrooms.metrics import Metrics
+from agentrooms.metrics import Metrics, operator_metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
 from agentrooms.store.base import Store
@@ -95,13 +95,15 @@ class Scope:
         writes: Iterable[Write] = (),
         appends: Iterable[Append] = (),
     ) -> TransactResult:
-        """A transact guarded by the room's existence and archive state."""
+        """A transact guarded by the room's existence and archive state (its lease and
+        effect events counted in :class:`~agentrooms.metrics.OperatorMetrics`)."""
+        appending = list(appends)
         try:
-            return await self.store.transact(
+            done = await self.store.transact(
                 self.room,
                 [Present(keys.META), Absent(keys.ARCHIVED), *compares],
                 writes,
-                appends,
+                appending,
             )
         except VersionConflict as exc:
             if keys.META in exc.conflicts:
@@ -109,3 +111,5 @@ class Scope:
             if keys.ARCHIVED in exc.conflicts:
                 raise self.archived() from exc
             raise
+        operator_metrics().appended(append.type for append in appending)
+        return done

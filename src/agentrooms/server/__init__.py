@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agentrooms.extras import require
 from agentrooms.server.auth import (
@@ -90,6 +91,7 @@ def serve(
     *,
     store_limits: Limits | None = None,
     log_level: str = "info",
+    log_format: str = "text",
     mcp: bool = True,
 ) -> None:
     """Open the store at ``store_url`` and serve the API on ``host:port`` with uvicorn
@@ -100,13 +102,26 @@ def serve(
     lingering closes) under ``limits``; at most ``limits.max_connections`` requests are
     served at once (``503`` past it); every request, ``/mcp`` included, passes the
     :class:`Perimeter` (in dev mode only loopback ``Host`` and ``Origin`` names). The
-    access log never shows a token's secret."""
+    access log never shows a token's secret.
+
+    ``log_format``: ``text`` (uvicorn's lines) or ``json`` (every logger's lines as one
+    JSON object each on stderr, with one line per request carrying its request id, agent,
+    room and error type: :mod:`agentrooms.server.observe`); ``ValueError`` otherwise."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
+    if log_format not in ("text", "json"):
+        raise ValueError(f"log format must be 'text' or 'json', not {log_format!r}")
     require("server", "agentrooms serve")
+    settings = _Logs(log_level, log_format)
     asyncio.run(
-        _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, log_level, mcp)
+        _serve(store_url, host, port, config, limits or HttpLimits(), store_limits, settings, mcp)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Logs:
+    level: str
+    format: str
 
 
 async def _serve(
@@ -116,7 +131,7 @@ async def _serve(
     auth: AuthConfig,
     limits: HttpLimits,
     store_limits: Limits | None,
-    log_level: str,
+    logs: _Logs,
     mcp: bool,
 ) -> None:
     import uvicorn
@@ -137,7 +152,8 @@ async def _serve(
             guarded,
             host=host.strip("[]"),
             port=port,
-            log_level=log_level,
+            log_level=logs.level,
+            **_uvicorn_logging(logs),
             proxy_headers=False,
             http=protocol_for(limits),
             ws="none",
@@ -152,6 +168,22 @@ async def _serve(
             logging.getLogger("uvicorn.access").removeFilter(_redact)
     finally:
         await store.close()
+
+
+def _uvicorn_logging(logs: _Logs) -> dict[str, Any]:
+    """uvicorn's logging settings: its own in text mode (the request line is its access
+    log, so ours is dropped); in JSON mode none of its own: its loggers propagate to the
+    JSON handler, and the request line is ours (it knows the request id and agent)."""
+    access = logging.getLogger("agentrooms.access")
+    if logs.format == "json":
+        from agentrooms.server.observe import configure_json_logging
+
+        configure_json_logging()
+        access.propagate = True
+        return {"log_config": None, "access_log": False}
+    access.propagate = False
+    access.addHandler(logging.NullHandler())
+    return {}
 
 
 def _redact(record: logging.LogRecord) -> bool:

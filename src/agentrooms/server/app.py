@@ -6,8 +6,9 @@ number of processes can serve one store.
 
 Besides ``/v1`` the app answers ``/healthz`` (the process is up), ``/readyz`` (the store
 answers a read within ``READY_TIMEOUT``, else 503), ``/metrics`` (Prometheus text:
-the default registry, which holds the commit loop's error counters and the HTTP error
-counter) and ``/openapi.json``.
+the default registry, which holds the commit loop's error counters, the HTTP error
+counter and :class:`~agentrooms.metrics.OperatorMetrics`) and ``/openapi.json``. Every
+answer carries an ``X-Request-Id`` and is logged and counted (:mod:`.observe`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agentrooms.server.envelope import error_response, install_handlers
 from agentrooms.server.gate import Gate
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.models import Status
+from agentrooms.server.observe import Observe, Templates
 from agentrooms.server.routes import docs, events, locks, presence, rooms, tasks
 from agentrooms.server.routes import errors as error_responses
 from agentrooms.store.base import Store
@@ -69,6 +71,8 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
         app.include_router(module.router, prefix="/v1")
     _operations(app, store)
     app.add_middleware(Gate, store=store, auth=auth, limits=limits)
+    app.state.templates = Templates(app)  # mount_mcp adds /mcp to it
+    app.add_middleware(Observe, templates=app.state.templates)  # outermost: sees every answer
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -35,6 +35,7 @@ from agentrooms.errors import (
     Unauthorized,
 )
 from agentrooms.metrics import count_http_error, default_metrics
+from agentrooms.server.observe import note_error
 
 __all__ = [
     "ErrorBody",
@@ -46,6 +47,7 @@ __all__ = [
     "envelope",
     "error_response",
     "install_handlers",
+    "unexpected",
 ]
 
 log = logging.getLogger("agentrooms.server")
@@ -115,6 +117,7 @@ def envelope(
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     count_http_error(kind)
+    note_error(kind)
     body = {"error": {"type": kind, "message": message, "details": _json_safe(details or {})}}
     return _EnvelopeResponse(body, status_code=status, headers=dict(headers or {}))
 
@@ -199,9 +202,14 @@ def _allowed(request: Request) -> list[str]:
     ]
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+def unexpected(method: str, path: str, exc: BaseException) -> Response:
+    """Log ``exc`` with its traceback and answer ``500 internal_error`` (no detail)."""
+    log.exception("unexpected error on %s %s", method, path, exc_info=exc)
     return envelope(500, "internal_error", "internal error (logged on the server)")
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    return unexpected(request.method, request.url.path, exc)
 
 
 def install_handlers(app: FastAPI) -> None:

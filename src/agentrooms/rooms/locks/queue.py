@@ -19,6 +19,7 @@ from typing import Any
 
 from agentrooms.commit import Change, View
 from agentrooms.errors import LockHeld, StaleFence, VersionConflict
+from agentrooms.metrics import operator_metrics
 from agentrooms.rooms import keys
 from agentrooms.rooms.follow import Subscription, follow, following, route
 from agentrooms.rooms.locks import line as lines
@@ -229,7 +230,10 @@ class Locks(LockCore):
                 if isinstance(joined, Lock):
                     return joined
             entry["ticket"] = joined  # place in line, kept across refreshes
-            with self._known.waiting(self._scope.room, claim.name, waiter.id, entry):
+            with (
+                self._known.waiting(self._scope.room, claim.name, waiter.id, entry),
+                operator_metrics().waiting(),
+            ):
                 return await self._wait(waiter, woken, deadline, early)
 
     async def _wait(

@@ -36,13 +36,14 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -62,6 +63,7 @@ from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import body_too_large
 from agentrooms.server.mcp.server import AgentroomsMCP, build_mcp
+from agentrooms.server.observe import Observe
 from agentrooms.store import Limits, open_store
 from agentrooms.store.base import Store
 
@@ -233,8 +235,17 @@ def mount_mcp(app: Starlette, mcp_http: McpHttp, path: str = "/mcp") -> None:
     Requests for ``path`` are routed ahead of the app's middleware (the API's gate):
     ``mcp_http`` admits the caller and applies the limits itself, answering them in
     JSON-RPC, where the gate would answer in the API's envelope, which an MCP client
-    cannot pass on to its model."""
-    app.add_middleware(_Ahead, path=path, endpoint=mcp_http)
+    cannot pass on to its model. They still pass the app's :class:`~..observe.Observe`
+    where there is one (request id, log line, metrics under the template ``path``)."""
+    ahead = Middleware(_Ahead, path=path, endpoint=mcp_http)
+    observed = [i for i, m in enumerate(app.user_middleware) if cast(object, m.cls) is Observe]
+    if app.middleware_stack is not None:
+        raise RuntimeError("mount MCP before the app starts")
+    if observed:
+        app.state.templates.add(path)
+        app.user_middleware.insert(observed[0] + 1, ahead)  # just inside it
+    else:
+        app.user_middleware.insert(0, ahead)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
