@@ -221,7 +221,10 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             except StaleFence:
                 pass  # it lapsed: take it again, if nobody was granted it in between
             del self._leases[thread_id]
-            lock = await self._take(thread_id, None)
+            try:
+                lock = await self._take(thread_id, None)
+            except ThreadHeld as exc:
+                raise await self._lost(thread_id, lease.lock, None) from exc
             if lock.fence != lease.lock.fence + 1:
                 await self._drop(thread_id)
                 raise await self._lost(thread_id, lease.lock, lock.fence - 1)

@@ -1,0 +1,170 @@
+"""Two writers on one thread, both from the same parent: LangGraph's own savers fork the
+thread, agentrooms' refuses the second writer.
+
+The scenario, the same for every saver: writer A writes the thread's first checkpoint P;
+A and B each read the thread's head (both get P); A writes a child of P, then B writes
+a child of P. Each writer has its own saver (its own connection), as two agents would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from agentrooms.errors import AgentroomsError, LockHeld, StaleFence
+from agentrooms.integrations.langgraph import AgentroomsSaver, ThreadHeld, ThreadOwnershipLost
+from tests.conftest import Backend
+
+
+def config(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def checkpoint(note: str) -> Checkpoint:
+    return Checkpoint(
+        v=1,
+        id=str(uuid6(clock_seq=-1)),
+        ts="2000-01-01T00:00:00+00:00",
+        channel_values={"note": note},
+        channel_versions={"note": 1},
+        versions_seen={},
+        updated_channels=None,
+    )
+
+
+async def write_from_head(
+    saver: BaseCheckpointSaver[Any], head: CheckpointTuple, note: str
+) -> None:
+    await saver.aput(head.config, checkpoint(note), {"source": "loop", "step": 0}, {"note": 1})
+
+
+async def race(
+    a: BaseCheckpointSaver[Any], b: BaseCheckpointSaver[Any], thread: str
+) -> tuple[str, AgentroomsError | None]:
+    """The scenario; returns P's id and what B's write raised (``None``: it wrote)."""
+    parent = await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    head_a, head_b = await a.aget_tuple(config(thread)), await b.aget_tuple(config(thread))
+    assert head_a is not None and head_b is not None
+    assert (
+        head_a.checkpoint["id"]
+        == head_b.checkpoint["id"]
+        == parent["configurable"]["checkpoint_id"]
+    )
+    await write_from_head(a, head_a, "A")
+    try:
+        await write_from_head(b, head_b, "B")
+    except AgentroomsError as exc:
+        return head_a.checkpoint["id"], exc
+    return head_a.checkpoint["id"], None
+
+
+async def children_of(saver: BaseCheckpointSaver[Any], thread: str, parent: str) -> list[str]:
+    """The notes of the checkpoints whose parent is ``parent``."""
+    return [
+        t.checkpoint["channel_values"]["note"]
+        async for t in saver.alist(config(thread))
+        if t.parent_config and t.parent_config["configurable"]["checkpoint_id"] == parent
+    ]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def theirs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """Which of LangGraph's savers, and the database it connects to."""
+    if request.param == "sqlite":
+        return "sqlite", str(tmp_path / "langgraph.db")
+    return "postgres", request.getfixturevalue("postgres_url")
+
+
+async def test_langgraphs_own_savers_fork_the_thread(theirs: tuple[str, str]) -> None:
+    kind, conn = theirs
+    opener = AsyncSqliteSaver if kind == "sqlite" else AsyncPostgresSaver
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(opener.from_conn_string(conn))
+        b = await stack.enter_async_context(opener.from_conn_string(conn))
+        await a.setup()
+        thread = f"t-{uuid.uuid4().hex}"
+        parent, refused = await race(a, b, thread)
+        assert refused is None  # nothing stopped B
+        assert sorted(await children_of(a, thread, parent)) == ["A", "B"]  # P has two children
+        head = await a.aget_tuple(config(thread))
+        assert head is not None
+        assert head.checkpoint["channel_values"]["note"] == "B"  # A's step is off the head
+
+
+async def test_agentrooms_refuses_the_second_writer(backend: Backend, room: str) -> None:
+    store_a, store_b = await backend.open(), await backend.open()
+    a = AgentroomsSaver(store_a, owner="agent-a", room=room)
+    b = AgentroomsSaver(store_b, owner="agent-b", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    parent, refused = await race(a, b, thread)
+    assert isinstance(refused, ThreadHeld) and isinstance(refused, LockHeld)
+    assert refused.thread_id == thread and refused.holder == "agent-a"
+    assert thread in str(refused) and "'agent-a'" in str(refused)
+    assert await children_of(a, thread, parent) == ["A"]
+    head = await b.aget_tuple(config(thread))
+    assert head is not None and head.checkpoint["channel_values"]["note"] == "A"
+    assert await b.aowner(thread) == "agent-a"
+
+
+async def test_a_writer_whose_lease_was_taken_over_is_refused(backend: Backend, room: str) -> None:
+    store_a, store_b = await backend.open(), await backend.open()
+    a = AgentroomsSaver(store_a, owner="agent-a", room=room, ttl=0.3)
+    b = AgentroomsSaver(store_b, owner="agent-b", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    head = await a.aget_tuple(config(thread))
+    assert head is not None
+    await asyncio.sleep(0.5)  # A stalls past its lease; B takes the thread and writes
+    await b.atake(thread)
+    await write_from_head(b, head, "B")
+    with pytest.raises(ThreadOwnershipLost) as lost:
+        await write_from_head(a, head, "A")
+    assert isinstance(lost.value, StaleFence)
+    assert lost.value.thread_id == thread and lost.value.holder == "agent-b"
+    assert "'agent-b'" in str(lost.value) and thread in str(lost.value)
+    assert await children_of(a, thread, head.checkpoint["id"]) == ["B"]
+
+
+async def test_a_lapsed_lease_nobody_took_is_taken_again(backend: Backend, room: str) -> None:
+    store = await backend.open()
+    a = AgentroomsSaver(store, owner="agent-a", room=room, ttl=0.3)
+    thread = f"t-{uuid.uuid4().hex}"
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    first = await a.atake(thread)
+    await asyncio.sleep(0.5)  # a long step: the lease lapses, nobody else wants the thread
+    assert await a.aowner(thread) is None
+    head = await a.aget_tuple(config(thread))
+    assert head is not None
+    await write_from_head(a, head, "A")
+    assert (await a.atake(thread)).fence == first.fence + 1  # no grant in between
+    assert await a.aowner(thread) == "agent-a"
+
+
+async def test_release_hands_the_thread_to_the_next_writer(backend: Backend, room: str) -> None:
+    store_a, store_b = await backend.open(), await backend.open()
+    a = AgentroomsSaver(store_a, owner="agent-a", room=room)
+    b = AgentroomsSaver(store_b, owner="agent-b", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    waiting = asyncio.create_task(b.atake(thread, timeout=10))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()  # B waits in line while A owns the thread
+    assert await a.arelease(thread) is True
+    lock = await asyncio.wait_for(waiting, 10)
+    assert lock.owner == "agent-b" and await a.aowner(thread) == "agent-b"
+    head = await b.aget_tuple(config(thread))
+    assert head is not None
+    await write_from_head(b, head, "B")
+    with pytest.raises(ThreadHeld):
+        await write_from_head(a, head, "A")
+    assert await a.arelease(thread) is False
