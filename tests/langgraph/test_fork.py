@@ -87,10 +87,15 @@ def theirs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
 
 async def test_langgraphs_own_savers_fork_the_thread(theirs: tuple[str, str]) -> None:
     kind, conn = theirs
-    opener = AsyncSqliteSaver if kind == "sqlite" else AsyncPostgresSaver
     async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(opener.from_conn_string(conn))
-        b = await stack.enter_async_context(opener.from_conn_string(conn))
+        a: AsyncSqliteSaver | AsyncPostgresSaver
+        b: AsyncSqliteSaver | AsyncPostgresSaver
+        if kind == "sqlite":
+            a = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(conn))
+            b = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(conn))
+        else:
+            a = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conn))
+            b = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conn))
         await a.setup()
         thread = f"t-{uuid.uuid4().hex}"
         parent, refused = await race(a, b, thread)
