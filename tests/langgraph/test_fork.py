@@ -30,29 +30,38 @@ def config(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
 
 
-def checkpoint(note: str) -> Checkpoint:
+def checkpoint(note: str, version: int = 1) -> Checkpoint:
+    """A checkpoint whose one channel ``note`` is at ``version``."""
     return Checkpoint(
         v=1,
         id=str(uuid6(clock_seq=-1)),
         ts="2000-01-01T00:00:00+00:00",
         channel_values={"note": note},
-        channel_versions={"note": 1},
+        channel_versions={"note": version},
         versions_seen={},
         updated_channels=None,
     )
 
 
+VERSIONS = {"P": 1, "A": 2, "B": 3}  # each writer's next version of ``note`` is its own
+
+
 async def write_from_head(
     saver: BaseCheckpointSaver[Any], head: CheckpointTuple, note: str
 ) -> None:
-    await saver.aput(head.config, checkpoint(note), {"source": "loop", "step": 0}, {"note": 1})
+    """Write a child of ``head`` whose ``note`` is ``note``."""
+    version = VERSIONS[note]
+    cp = checkpoint(note, version)
+    await saver.aput(head.config, cp, {"source": "loop", "step": 0}, {"note": version})
 
 
 async def race(
     a: BaseCheckpointSaver[Any], b: BaseCheckpointSaver[Any], thread: str
 ) -> tuple[str, AgentroomsError | None]:
     """The scenario; returns P's id and what B's write raised (``None``: it wrote)."""
-    parent = await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    parent = await a.aput(
+        config(thread), checkpoint("P"), {"source": "input", "step": -1}, {"note": 1}
+    )
     head_a, head_b = await a.aget_tuple(config(thread)), await b.aget_tuple(config(thread))
     assert head_a is not None and head_b is not None
     assert (
@@ -126,7 +135,7 @@ async def test_a_writer_whose_lease_was_taken_over_is_refused(backend: Backend, 
     a = AgentroomsSaver(store_a, owner="agent-a", room=room, ttl=0.3)
     b = AgentroomsSaver(store_b, owner="agent-b", room=room)
     thread = f"t-{uuid.uuid4().hex}"
-    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {"note": 1})
     head = await a.aget_tuple(config(thread))
     assert head is not None
     await asyncio.sleep(0.5)  # A stalls past its lease; B takes the thread and writes
@@ -144,7 +153,7 @@ async def test_a_lapsed_lease_nobody_took_is_taken_again(backend: Backend, room:
     store = await backend.open()
     a = AgentroomsSaver(store, owner="agent-a", room=room, ttl=0.3)
     thread = f"t-{uuid.uuid4().hex}"
-    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {"note": 1})
     first = await a.atake(thread)
     await asyncio.sleep(0.5)  # a long step: the lease lapses, nobody else wants the thread
     assert await a.aowner(thread) is None
@@ -160,7 +169,7 @@ async def test_release_hands_the_thread_to_the_next_writer(backend: Backend, roo
     a = AgentroomsSaver(store_a, owner="agent-a", room=room)
     b = AgentroomsSaver(store_b, owner="agent-b", room=room)
     thread = f"t-{uuid.uuid4().hex}"
-    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {})
+    await a.aput(config(thread), checkpoint("P"), {"source": "input", "step": -1}, {"note": 1})
     waiting = asyncio.create_task(b.atake(thread, timeout=10))
     await asyncio.sleep(0.2)
     assert not waiting.done()  # B waits in line while A owns the thread

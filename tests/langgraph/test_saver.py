@@ -1,0 +1,99 @@
+"""What the conformance suite does not reach: reads that span scan pages, the blocking
+methods (from another thread, and refused on the store's own loop), odd thread ids."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from agentrooms.errors import BadRequest
+from agentrooms.integrations.langgraph import AgentroomsSaver, ThreadHeld
+from agentrooms.integrations.langgraph.saver import PAGE
+from tests.conftest import Backend
+from tests.langgraph.test_fork import checkpoint, config
+
+
+async def test_lists_and_writes_that_span_pages(backend: Backend, room: str) -> None:
+    saver = AgentroomsSaver(await backend.open(), owner="agent-a", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    ids: list[str] = []
+    parent = config(thread)
+    for step in range(PAGE + 5):
+        cp = checkpoint(f"n{step}", step)
+        parent = await saver.aput(parent, cp, {"source": "loop", "step": step}, {"note": step})
+        ids.append(cp["id"])
+    middle = config(thread)
+    middle["configurable"]["checkpoint_id"] = ids[PAGE // 2]
+    writes = [(f"ch{i}", i) for i in range(PAGE + 3)]
+    await saver.aput_writes(middle, writes, "task-1", "~path")
+    await saver.aput_writes(middle, [("first", "x")], "task-0", "")
+
+    listed = [t.checkpoint["id"] async for t in saver.alist(config(thread))]
+    assert listed == ids[::-1]
+    before = [t.checkpoint["id"] async for t in saver.alist(config(thread), before=middle)]
+    assert before == ids[: PAGE // 2][::-1]
+    some = [
+        t.metadata["step"]
+        async for t in saver.alist(config(thread), filter={"source": "loop"}, limit=PAGE + 1)
+    ]
+    assert some == list(range(PAGE + 4, 3, -1))
+    got = await saver.aget_tuple(middle)
+    assert got is not None and got.pending_writes is not None
+    assert got.pending_writes[0] == ("task-0", "first", "x")  # writes_sort_key order
+    assert got.pending_writes[1:] == [("task-1", c, v) for c, v in writes]
+    assert got.checkpoint["channel_values"] == {"note": f"n{PAGE // 2}"}
+    newest = await saver.aget_tuple(config(thread))
+    assert newest is not None and newest.pending_writes == []
+
+
+@pytest.mark.parametrize("thread", ["a/b c", "ü" * 130, "thread:x", "~"])
+async def test_any_thread_id_is_its_own_thread(thread: str, room: str) -> None:
+    from agentrooms.store import open_store
+
+    async with await open_store("memory://") as store:
+        saver = AgentroomsSaver(store, owner="agent-a", room=room)
+        await saver.aput(config(thread), checkpoint("mine"), {"step": 0}, {"note": 1})
+        await saver.aput(config(thread + "x"), checkpoint("other"), {"step": 0}, {"note": 1})
+        got = [t.checkpoint["channel_values"]["note"] async for t in saver.alist(config(thread))]
+        assert got == ["mine"]
+        assert await saver.aowner(thread) == "agent-a"
+        await saver.adelete_thread(thread)
+        assert await saver.aget_tuple(config(thread)) is None
+        assert await saver.aget_tuple(config(thread + "x")) is not None
+
+
+async def test_blocking_methods_from_another_thread(backend: Backend, room: str) -> None:
+    a = AgentroomsSaver(await backend.open(), owner="agent-a", room=room)
+    b = AgentroomsSaver(await backend.open(), owner="agent-b", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    await a.aput(config(thread), checkpoint("P"), {"step": -1}, {"note": 1})
+    assert await b.aowner(thread) == "agent-a"  # both savers know their loop now
+
+    def blocking() -> tuple[list[str], bool]:
+        head = a.get_tuple(config(thread))
+        assert head is not None
+        stored = a.put(head.config, checkpoint("A", 2), {"step": 0}, {"note": 2})
+        a.put_writes(stored, [("ch", "v")], "task")
+        with pytest.raises(ThreadHeld):
+            b.put(head.config, checkpoint("B", 3), {"step": 0}, {"note": 3})
+        with pytest.raises(ThreadHeld):
+            b.put_writes(stored, [("ch", "w")], "task-b")
+        notes = [t.checkpoint["channel_values"]["note"] for t in a.list(config(thread))]
+        a.delete_thread(thread)
+        return notes, a.get_tuple(config(thread)) is None
+
+    notes, gone = await asyncio.to_thread(blocking)
+    assert notes == ["A", "P"] and gone
+
+
+async def test_a_blocking_call_on_the_stores_own_loop_is_refused(
+    backend: Backend, room: str
+) -> None:
+    saver = AgentroomsSaver(await backend.open(), owner="agent-a", room=room)
+    with pytest.raises(BadRequest, match="event loop"):
+        saver.get_tuple(config("t"))  # before any async call: no loop to run on
+    assert await saver.aget_tuple(config("t")) is None
+    with pytest.raises(BadRequest, match="event loop"):
+        saver.get_tuple(config("t"))  # on the loop it would wait for
