@@ -6,6 +6,7 @@ record                                                 holds
 ``lgc/<thread>/<ns>/<id>``                             one checkpoint (and its metadata)
 ``lgc/<thread>/<ns>/<id>w/<task>/<idx>``               one pending write of that checkpoint
 ``lgb/<thread>/<ns>/<channel>/<version>``              one channel value at one version
+``lgr/<run>/<thread>/<ns>/<id>``                       a checkpoint the run wrote (index)
 ``lock/thread:<thread>`` (the room's locks)            the writer that owns the thread
 =====================================================  ==================================
 
@@ -27,6 +28,7 @@ from urllib.parse import quote
 
 CHECKPOINTS = "lgc/"
 BLOBS = "lgb/"
+RUNS = "lgr/"
 
 _FLIP = str.maketrans("0123456789abcdef", "fedcba9876543210")
 _LOCK_NAME = re.compile(r"[A-Za-z0-9._:-]{1,120}")
@@ -73,6 +75,19 @@ def thread_blobs(thread_id: str) -> str:
 
 def blob(thread_id: str, ns: str, channel: str, version: str | int | float) -> str:
     return f"{thread_blobs(thread_id)}{part(ns)}/{part(channel)}/{part(str(version))}"
+
+
+def run_entries(run_id: str) -> str:
+    return f"{RUNS}{part(run_id)}/"
+
+
+def run_entry(record: dict[str, Any]) -> str | None:
+    """The run index entry of a checkpoint record (``None``: no run wrote it)."""
+    run = record.get("run")
+    if not isinstance(run, str):
+        return None
+    where = f"{part(record['thread'])}/{part(record['ns'])}/{inverted(record['id'])}"
+    return run_entries(run) + where
 
 
 def lock_name(thread_id: str) -> str:
