@@ -39,7 +39,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agentrooms.errors import AgentroomsError, BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.integrations.langgraph import layout
-from agentrooms.rooms import Lock, Room, Rooms
+from agentrooms.rooms import Lock, Room, Rooms, keys
+from agentrooms.rooms.locks.records import check_ttl
 from agentrooms.store import Absent, Delete, Put, Record, Store, Write
 from agentrooms.sync import SyncStore
 
@@ -144,7 +145,8 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             self.store, self._loop = store.inner, store.portal.loop
         else:
             self.store = store
-        self.owner, self.ttl = owner, ttl
+        self.owner = keys.check_name(owner, "owner")
+        self.ttl = check_ttl(ttl, "a thread lease ttl")
         self.room: Room = Rooms(self.store).room(room)
         self._leases: dict[str, _Lease] = {}
         self._turns: dict[str, asyncio.Lock] = {}
@@ -159,6 +161,12 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             self._loop = running
         if self._loop is running:
             return await coro
+        if not self._loop.is_running():
+            coro.close()
+            raise BadRequest(
+                "this AgentroomsSaver's store lives on an event loop that is no longer "
+                "running: make a saver (and open its store) on the loop that uses it"
+            )
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     def _block(self, coro: Coroutine[Any, Any, R]) -> R:
@@ -168,7 +176,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if loop is None or running is loop:
+        if loop is None or running is loop or not loop.is_running():
             coro.close()
             raise BadRequest(
                 "a blocking AgentroomsSaver method needs its store's event loop running in "
@@ -231,8 +239,15 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
                 raise await self._lost(thread_id, lease.lock, lock.fence - 1)
             return lock
 
+    def _forget(self, thread_id: str) -> _Lease | None:
+        """Forget the thread's lease (and its turn, unless a call is in it)."""
+        turn = self._turns.get(thread_id)
+        if turn is not None and not turn.locked():
+            del self._turns[thread_id]
+        return self._leases.pop(thread_id, None)
+
     async def _drop(self, thread_id: str) -> bool:
-        lease = self._leases.pop(thread_id, None)
+        lease = self._forget(thread_id)
         return lease is not None and await self.room.locks.release(lease.lock)
 
     async def _lost(self, thread_id: str, lock: Lock, current: int | None) -> ThreadOwnershipLost:
@@ -251,7 +266,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         try:
             await self.room.scope.transact([lock.guard(), *compares], writes)
         except StaleFence as exc:
-            self._leases.pop(thread_id, None)
+            self._forget(thread_id)
             raise await self._lost(thread_id, lock, exc.current) from exc
 
     async def atake(self, thread_id: str, *, timeout: float | None = None) -> Lock:
