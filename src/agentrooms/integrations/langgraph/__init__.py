@@ -8,7 +8,11 @@ Needs the extra: ``pip install 'agentrooms[langgraph]'``. How-to: docs/how-to-la
         await graph.ainvoke(inputs, {"configurable": {"thread_id": "t-1"}})
 """
 
-from agentrooms.integrations.langgraph.saver import (
+from agentrooms.extras import require
+
+require("langgraph", "agentrooms.integrations.langgraph")
+
+from agentrooms.integrations.langgraph.saver import (  # noqa: E402
     DEFAULT_ROOM,
     AgentroomsSaver,
     ThreadHeld,
