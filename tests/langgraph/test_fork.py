@@ -4,15 +4,18 @@ thread, agentrooms' refuses the second writer.
 The scenario, the same for every saver: writer A writes the thread's first checkpoint P;
 A and B each read the thread's head (both get P); A writes a child of P, then B writes
 a child of P. Each writer has its own saver (its own connection), as two agents would.
+Then the same through LangGraph itself: agent A runs a graph, A and B read the thread's
+state, and each updates it from there (``update_state``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -20,6 +23,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, Checkpoin
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph
 
 from agentrooms.errors import AgentroomsError, LockHeld, StaleFence
 from agentrooms.integrations.langgraph import AgentroomsSaver, ThreadHeld, ThreadOwnershipLost
@@ -182,3 +186,76 @@ async def test_release_hands_the_thread_to_the_next_writer(backend: Backend, roo
     with pytest.raises(ThreadHeld):
         await write_from_head(a, head, "A")
     assert await a.arelease(thread) is False
+
+
+# ------------------------------------------------------------- the same through a graph
+
+
+class Notes(TypedDict):
+    notes: Annotated[list[str], operator.add]
+
+
+def notes_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    builder = StateGraph(Notes)
+    builder.add_node("speak", lambda state: {"notes": [f"{len(state['notes'])} so far"]})
+    builder.add_edge(START, "speak")
+    builder.add_edge("speak", END)
+    return builder.compile(checkpointer=saver)
+
+
+async def graph_race(
+    a: BaseCheckpointSaver[Any], b: BaseCheckpointSaver[Any]
+) -> tuple[Any, RunnableConfig, AgentroomsError | None]:
+    """Agent A runs the graph; A and B each read the thread's state and update it from
+    there (``update_state`` writes a child of the state it is given). Returns A's graph,
+    the thread, and what B's update raised (``None``: it wrote)."""
+    graph_a, graph_b = notes_graph(a), notes_graph(b)
+    thread: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
+    await graph_a.ainvoke({"notes": ["start"]}, thread)
+    seen_a, seen_b = await graph_a.aget_state(thread), await graph_b.aget_state(thread)
+    assert seen_a.config == seen_b.config
+    await graph_a.aupdate_state(seen_a.config, {"notes": ["A"]})
+    try:
+        await graph_b.aupdate_state(seen_b.config, {"notes": ["B"]})
+    except AgentroomsError as exc:
+        return graph_a, thread, exc
+    return graph_a, thread, None
+
+
+async def forks(graph: Any, thread: RunnableConfig) -> int:
+    """How many checkpoints of the thread share a parent with another."""
+    parents = [
+        s.parent_config["configurable"]["checkpoint_id"]
+        async for s in graph.aget_state_history(thread)
+        if s.parent_config is not None
+    ]
+    return len(parents) - len(set(parents))
+
+
+async def test_langgraphs_own_savers_fork_a_graphs_thread(theirs: tuple[str, str]) -> None:
+    kind, conn = theirs
+    async with AsyncExitStack() as stack:
+        a: AsyncSqliteSaver | AsyncPostgresSaver
+        b: AsyncSqliteSaver | AsyncPostgresSaver
+        if kind == "sqlite":
+            a = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(conn))
+            b = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(conn))
+        else:
+            a = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conn))
+            b = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conn))
+        await a.setup()
+        graph, thread, refused = await graph_race(a, b)
+        assert refused is None  # nothing stopped B
+        assert await forks(graph, thread) == 1  # two checkpoints with one parent
+        notes = (await graph.aget_state(thread)).values["notes"]
+        assert notes[-1] == "B" and "A" not in notes  # A's update is off the head
+
+
+async def test_agentrooms_refuses_the_second_agents_update(backend: Backend, room: str) -> None:
+    a = AgentroomsSaver(await backend.open(), owner="agent-a", room=room)
+    b = AgentroomsSaver(await backend.open(), owner="agent-b", room=room)
+    graph, thread, refused = await graph_race(a, b)
+    assert isinstance(refused, ThreadHeld) and refused.holder == "agent-a"
+    assert await forks(graph, thread) == 0
+    notes = (await graph.aget_state(thread)).values["notes"]
+    assert notes[-1] == "A" and "B" not in notes
