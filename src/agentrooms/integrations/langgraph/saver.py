@@ -545,8 +545,10 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
                     found.append((group, metadata))
 
         cursor = after
+        size = min(PAGE, 4 * want + 4)  # a few writes each; pages grow if there are more
         while True:
-            page = await self.store.scan(self.room.name, prefix, cursor, PAGE)
+            page = await self.store.scan(self.room.name, prefix, cursor, size)
+            size = min(PAGE, 2 * size)
             for record in page.records:
                 kind = record.value.get("k") if isinstance(record.value, dict) else None
                 if kind == "cp":
