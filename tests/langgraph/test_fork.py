@@ -259,3 +259,22 @@ async def test_agentrooms_refuses_the_second_agents_update(backend: Backend, roo
     assert await forks(graph, thread) == 0
     notes = (await graph.aget_state(thread)).values["notes"]
     assert notes[-1] == "A" and "B" not in notes
+
+
+async def test_agents_racing_for_one_thread_leave_it_linear(backend: Backend, room: str) -> None:
+    savers = [
+        AgentroomsSaver(await backend.open(), owner=f"agent-{i}", room=room) for i in range(4)
+    ]
+    graphs = [notes_graph(s) for s in savers]
+    thread: RunnableConfig = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
+    outcomes = await asyncio.gather(
+        *(g.ainvoke({"notes": [f"from {i}"]}, thread) for i, g in enumerate(graphs)),
+        return_exceptions=True,
+    )
+    won = [i for i, o in enumerate(outcomes) if not isinstance(o, BaseException)]
+    assert len(won) == 1, outcomes
+    assert all(isinstance(o, ThreadHeld) for i, o in enumerate(outcomes) if i != won[0])
+    assert await savers[0].aowner(thread["configurable"]["thread_id"]) == f"agent-{won[0]}"
+    assert await forks(graphs[0], thread) == 0
+    notes = (await graphs[0].aget_state(thread)).values["notes"]
+    assert notes == [f"from {won[0]}", "1 so far"]
