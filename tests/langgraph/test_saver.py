@@ -177,3 +177,12 @@ def test_a_blocking_call_whose_loop_stopped_is_refused() -> None:
     saver = asyncio.run(opened())
     with pytest.raises(BadRequest, match="event loop"):
         saver.get_tuple(config("t"))
+
+
+async def test_a_run_id_that_is_not_a_string_is_indexed_as_one(room: str) -> None:
+    async with await open_store("memory://") as store:
+        saver = AgentroomsSaver(store, owner="agent-a", room=room)
+        run = uuid.uuid4()
+        await saver.aput(config("t"), checkpoint("x"), {"step": 0, "run_id": run}, {})  # type: ignore[typeddict-item]
+        await saver.adelete_for_runs([str(run)])
+        assert await saver.aget_tuple(config("t")) is None

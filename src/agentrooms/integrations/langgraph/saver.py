@@ -339,13 +339,14 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             for channel, version in new_versions.items()
         ]
         metadata = get_checkpoint_metadata(config, metadata)
+        run = metadata.get("run_id")
         record = {
             "k": "cp",
             "thread": thread_id,
             "ns": ns,
             "id": checkpoint["id"],
             "parent": conf.get("checkpoint_id"),
-            "run": metadata.get("run_id"),
+            "run": None if run is None else str(run),
             "checkpoint": layout.packed(self.serde.dumps_typed(stored)),
             "metadata": layout.packed(self.serde.dumps_typed(metadata)),
         }
