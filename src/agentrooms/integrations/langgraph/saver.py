@@ -124,7 +124,8 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
     ``store`` is an async :class:`~agentrooms.store.Store` (the async methods then run on
     the event loop of their first call, and the blocking ones may be called from other
     threads while that loop runs) or a :class:`~agentrooms.sync.SyncStore` (either kind
-    of method from anywhere). ``ttl``: seconds a lease lasts without a write. The room
+    of method from anywhere). ``ttl``: seconds a lease lasts from its grant or renewal
+    (a write renews it once half of that has passed). The room
     is created on first use. Values go through ``serde`` (LangGraph's default
     serializer unless given); one checkpoint's record, or one channel value, must fit
     the store's value limit (``PayloadTooLarge`` otherwise).
