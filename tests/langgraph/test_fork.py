@@ -278,3 +278,23 @@ async def test_agents_racing_for_one_thread_leave_it_linear(backend: Backend, ro
     assert await forks(graphs[0], thread) == 0
     notes = (await graphs[0].aget_state(thread)).values["notes"]
     assert notes == [f"from {won[0]}", "1 so far"]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+async def test_owning_keeps_the_lease_alive_through_a_long_step(
+    backend: Backend, room: str, keep_alive: bool
+) -> None:
+    a = AgentroomsSaver(await backend.open(), owner="agent-a", room=room, ttl=0.4)
+    b = AgentroomsSaver(await backend.open(), owner="agent-b", room=room)
+    thread = f"t-{uuid.uuid4().hex}"
+    async with a.owning(thread, keep_alive=keep_alive) as lock:
+        await asyncio.sleep(1.0)  # a step of more than twice the TTL, with no write
+        if keep_alive:
+            assert await b.aowner(thread) == "agent-a"
+            with pytest.raises(ThreadHeld):
+                await b.atake(thread)
+        else:
+            assert await b.aowner(thread) is None
+        await a.aput(config(thread), checkpoint("A"), {"step": 0}, {"note": 1})
+        assert (await a.atake(thread)).fence == lock.fence + (0 if keep_alive else 1)
+    assert await b.aowner(thread) is None

@@ -11,7 +11,8 @@ store a second child of the same parent and fork the thread.
 
 Taking, renewing and releasing: the first write to a thread takes its lease if it is
 free (or ``take`` it first, waiting in line); each write renews it once half its TTL has
-passed; ``release`` hands it on. Why it is built this way: docs/why-langgraph.md.
+passed, and so does ``owning`` in the background; ``release`` hands it on. Why it is
+built this way: docs/why-langgraph.md.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from agentrooms.errors import AgentroomsError, BadRequest, LockHeld, StaleFence, VersionConflict
+from agentrooms.errors import (
+    AgentroomsError,
+    BadRequest,
+    LockHeld,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
 from agentrooms.integrations.langgraph import layout
 from agentrooms.rooms import Lock, Room, Rooms, keys
 from agentrooms.rooms.locks.records import check_ttl
@@ -151,6 +159,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         self.room: Room = Rooms(self.store).room(room)
         self._leases: dict[str, _Lease] = {}
         self._turns: dict[str, asyncio.Lock] = {}
+        self._keepers: dict[str, asyncio.Task[None]] = {}
         self._ready = False
 
     # -------------------------------------------------------------- event loop
@@ -248,8 +257,39 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         return self._leases.pop(thread_id, None)
 
     async def _drop(self, thread_id: str) -> bool:
+        keeper = self._keepers.pop(thread_id, None)
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         lease = self._forget(thread_id)
         return lease is not None and await self.room.locks.release(lease.lock)
+
+    async def _keep(self, thread_id: str) -> None:
+        """Renew the thread's lease each time half its TTL has passed, until it is
+        released or lost (the next write then says which)."""
+        try:
+            await self._keeping(thread_id)
+        finally:
+            if self._keepers.get(thread_id) is asyncio.current_task():
+                del self._keepers[thread_id]
+
+    async def _keeping(self, thread_id: str) -> None:
+        while (lease := self._leases.get(thread_id)) is not None:
+            await asyncio.sleep(max(0.0, lease.renew_at - time.monotonic()))
+            async with self._turn(thread_id):
+                lease = self._leases.get(thread_id)
+                if lease is None or time.monotonic() < lease.renew_at:
+                    continue  # released, or a write renewed it meanwhile
+                try:
+                    self._leased(thread_id, await self.room.locks.extend(lease.lock))
+                except StaleFence:
+                    return  # lapsed or taken: the next write takes it back or is refused
+                except StoreUnavailable:
+                    await asyncio.sleep(min(1.0, self.ttl / 10))  # try again
+
+    async def _start_keeping(self, thread_id: str) -> None:
+        if thread_id not in self._keepers:
+            self._keepers[thread_id] = asyncio.create_task(self._keep(thread_id))
 
     async def _lost(self, thread_id: str, lock: Lock, current: int | None) -> ThreadOwnershipLost:
         holder = await self.room.locks.holder(lock.name)
@@ -296,11 +336,18 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         return None if holder is None else holder.owner
 
     @contextlib.asynccontextmanager
-    async def owning(self, thread_id: str, *, timeout: float | None = None) -> AsyncIterator[Lock]:
+    async def owning(
+        self, thread_id: str, *, timeout: float | None = None, keep_alive: bool = True
+    ) -> AsyncIterator[Lock]:
         """``async with saver.owning(thread_id):`` — ``atake`` on entry, ``arelease`` on
-        exit, even if the body raises."""
+        exit, even if the body raises. With ``keep_alive`` (the default) the lease is
+        also renewed in the background while the body runs, so a step longer than the
+        TTL keeps the thread; a lease lost all the same (the store out of reach past
+        the TTL) is reported by the next write."""
         lock = await self.atake(thread_id, timeout=timeout)
         try:
+            if keep_alive:
+                await self._run(self._start_keeping(thread_id))
             yield lock
         finally:
             await self.arelease(thread_id)
