@@ -3,7 +3,9 @@
 The library itself (rooms, the store, ``commit``, the CLI's store commands) needs none of
 them; ``agentrooms[server]`` adds the HTTP API and the MCP server (FastAPI, uvicorn, the
 MCP SDK); ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared stores'
-drivers; ``agentrooms[all]`` is all of these.
+drivers; ``agentrooms[langgraph]`` the LangGraph checkpointer's base
+(:mod:`agentrooms.integrations.langgraph`); ``agentrooms[all]`` is the server and the
+stores' drivers.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import importlib.util
 
 __all__ = ["EXTRAS", "MissingExtra", "require"]
 
-EXTRAS: dict[str, tuple[str, ...]] = {"server": ("fastapi", "uvicorn", "mcp")}
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "server": ("fastapi", "uvicorn", "mcp"),
+    "langgraph": ("langchain_core", "langgraph.checkpoint"),
+}
 
 
 class MissingExtra(ModuleNotFoundError):
