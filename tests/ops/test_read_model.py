@@ -10,11 +10,13 @@ import time
 
 import pytest
 
+from agentrooms.commit import Intent
 from agentrooms.errors import NotFound, VersionConflict
 from agentrooms.ops import EXPIRED, Ops, Thresholds, as_json
 from agentrooms.rooms import Rooms, TaskSpec
-from agentrooms.store import Put, Store, VersionIs
+from agentrooms.store import Append, Put, SetAdd, Store, VersionIs
 from agentrooms.store.contention import FLUSH_EVERY
+from agentrooms.writer import IntentQueue, Writer
 from tests import ops_scenario as s
 from tests.conftest import Backend
 
@@ -172,3 +174,29 @@ async def test_events_stop_at_the_trimmed_start(store: Store, room: str) -> None
     filtered = await ops.events(room, limit=100, type="note")
     assert [e.seq for e in filtered.events] == list(range(41, first - 1, -1))
     assert filtered.next_before is None
+
+
+async def test_the_writer_section_counts_queued_intents_and_dead_letters(
+    store: Store, room: str
+) -> None:
+    r = await Rooms(store).create(room)
+    queue = IntentQueue(r)
+    poison = {"when": [], "writes": [{"op": "explode"}], "appends": []}
+    item = {"id": "poison", "status": "queued", "intent": poison, "digest": "-", "failures": 0}
+    await r.scope.transact(
+        writes=[Put(queue.keys.item("poison"), item), SetAdd(queue.keys.queued, "poison")],
+        appends=[Append("wq.submitted", {"queue": "main", "id": "poison", "keys": []})],
+    )
+    writer = Writer(r, owner="w1", max_failures=2, retry_delay=0.01)
+    lock = await r.locks.try_acquire("writer.main", "w1")
+    assert await writer.apply_pending(lock) == 1
+    await queue.submit(Intent([], [Put("x", 1)]))
+    await IntentQueue(r, "other").submit(Intent([], [Put("y", 1)]))
+    page = await Ops(store).room(room)
+    assert (page.writer.queued, page.writer.dead_letters) == (2, 1)
+    assert {(q.name, q.queued, q.dead_letters) for q in page.writer.queues} == {
+        ("main", 1, 1),
+        ("other", 1, 0),
+    }
+    (letter,) = page.writer.dead
+    assert (letter["queue"], letter["id"], letter["failures"]) == ("main", "poison", 2)

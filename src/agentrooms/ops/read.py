@@ -69,6 +69,7 @@ MAX_EFFECTS = 50  # effects listed per state
 MAX_QUEUES = 16  # writer queues looked at
 EVENT_CHUNK = 500  # events read per round trip when filtering
 EVENT_SCAN = 5000  # events looked at, at most, by one filtered events call
+SCAN_PAGE = 1000  # records per scan page: the plan read's own page, so a task scan costs the same
 
 Allowed = Callable[[str], bool]
 
@@ -101,7 +102,8 @@ class Ops:
         out: list[Record] = []
         after: str | None = None
         while True:
-            page = await self.store.scan(room, prefix, after, self.store.limits.max_page)
+            limit = min(SCAN_PAGE, self.store.limits.max_page)
+            page = await self.store.scan(room, prefix, after, limit)
             out += page.records
             if page.next_after is None:
                 return out
