@@ -11,8 +11,8 @@ import time
 import pytest
 
 from agentrooms.commit import Intent
-from agentrooms.errors import NotFound, VersionConflict
-from agentrooms.ops import EXPIRED, Ops, Thresholds, as_json
+from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
+from agentrooms.ops import EXPIRED, EXPIRED_LAST, Ops, Thresholds, as_json
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import Append, Put, SetAdd, Store, VersionIs
 from agentrooms.store.contention import FLUSH_EVERY
@@ -65,18 +65,25 @@ async def test_an_expired_lease_is_expired_reclaimable_until_reclaimed(
     store: Store, room: str
 ) -> None:
     r = await Rooms(store).create(room)
-    await r.plan.add([TaskSpec("a"), TaskSpec("b")])
+    await r.plan.add([TaskSpec("a"), TaskSpec("b"), TaskSpec("c", max_attempts=1)])
     await r.plan.claim("a", "alice", ttl=0.05)
     await r.plan.claim("b", "bob", ttl=600)
+    await r.plan.claim("c", "dave", ttl=0.05)
     await asyncio.sleep(0.1)
     rows = {t.id: t for t in (await Ops(store).tasks(room)).tasks}
     assert rows["a"].state == EXPIRED and rows["a"].status == "claimed"
     assert rows["a"].lease_remaining == 0.0
     assert rows["b"].state == "claimed" and 590 < (rows["b"].lease_remaining or 0) <= 600
-    assert [i.kind for i in (await Ops(store).room(room)).stuck] == ["expired_lease"]
-    await r.plan.claim_next("carol", ttl=600)  # reclaims it
+    assert rows["c"].state == EXPIRED_LAST
+    stuck = (await Ops(store).room(room)).stuck
+    assert [(i.kind, i.subject) for i in stuck] == [("expired_lease", "a"), ("expired_lease", "c")]
+    assert "the next claim fails it" in stuck[1].detail
+    with pytest.raises(InvalidTransition):
+        await r.plan.claim("c", "carol")  # fails it
+    await r.plan.claim_next("carol", ttl=600)  # reclaims "a"
     page = await Ops(store).room(room)
-    assert page.stuck == [] and page.plan.states == {"claimed": 2}
+    assert [(i.kind, i.subject) for i in page.stuck] == [("failed_at_limit", "c")]
+    assert page.plan.states == {"claimed": 2, "failed": 1}
 
 
 async def test_thresholds_decide_what_is_stuck(store: Store, room: str) -> None:

@@ -28,6 +28,7 @@ from agentrooms.ops.model import (
     CURSOR_LAGGING,
     EFFECT_UNKNOWN,
     EXPIRED,
+    EXPIRED_LAST,
     EXPIRED_LEASE,
     FAILED_AT_LIMIT,
     URGENCY,
@@ -384,23 +385,26 @@ def event_row(event: Event) -> EventRow:
 
 def task_row(value: Mapping[str, Any], now: float) -> TaskRow:
     """One task as shown: its state ``"expired, reclaimable"`` when it is claimed and its
-    lease ran out by ``now`` (the store clock of the read)."""
+    lease ran out by ``now`` (the store clock of the read), ``"expired, last attempt"``
+    when that was its last attempt (the next claim fails it)."""
     status = str(value.get("status"))
     expires = _float(value.get("lease_expires"))
     claimed = status == CLAIMED
     expired = claimed and (expires or 0.0) <= now
     fence = value.get("fence") or None
+    attempts, limit = int(value.get("attempts") or 0), int(value.get("max_attempts") or 0)
+    state = (EXPIRED if attempts < limit else EXPIRED_LAST) if expired else status
     return TaskRow(
         id=str(value.get("id")),
         status=status,
-        state=EXPIRED if expired else status,
+        state=state,
         owner=value.get("owner"),
         lease_remaining=max(0.0, expires - now) if claimed and expires is not None else None,
         fence=fence,
-        attempts=int(value.get("attempts") or 0),
+        attempts=attempts,
         deps=list(value.get("deps") or []),
         title=str(value.get("title") or ""),
-        max_attempts=int(value.get("max_attempts") or 0),
+        max_attempts=limit,
         lease_expires=expires if claimed else None,
         lease_granted_at=_float(value.get("lease_granted_at")),
         lease_renewed_at=_float(value.get("lease_renewed_at")),
@@ -535,11 +539,11 @@ def stuck_list(
     """What is stuck, most urgent first: by kind (:data:`URGENCY`), then oldest first."""
     out: list[Stuck] = []
     for t in tasks:
-        if t.state == EXPIRED:
+        if t.state in (EXPIRED, EXPIRED_LAST):
+            then = "the next claim fails it" if t.state == EXPIRED_LAST else "nobody reclaimed it"
             detail = (
                 f"held by {t.owner}, lease expired {_ago(t.lease_expires, now)} "
-                f"(attempt {t.attempts} of {t.max_attempts}, fence {t.fence}); "
-                "nobody reclaimed it"
+                f"(attempt {t.attempts} of {t.max_attempts}, fence {t.fence}); {then}"
             )
             out.append(Stuck(EXPIRED_LEASE, t.id, detail, t.lease_expires))
         elif t.status == FAILED and t.attempts >= t.max_attempts:
