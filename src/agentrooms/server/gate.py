@@ -9,7 +9,8 @@ In order, each step answering with the error envelope and ending the request:
    room), or dev mode's caller: ``401``;
 4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
    *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
-   then an event stream (``GET .../events/stream``, or ``/v1/ops/.../stream``) past the agent's
+   then an event stream (``GET .../events/stream``, or an operator's change stream
+   ``GET /v1/ops/rooms/<room>/stream``) past the agent's
    ``max_streams_per_agent`` open streams: ``429``; the slot is held until the stream's
    request ends;
 5. the body, read chunk by chunk and counted: ``413`` at the first byte over the limit
@@ -59,7 +60,7 @@ __all__ = ["PRINCIPAL", "Gate"]
 PRINCIPAL = "agentrooms.principal"
 _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
-_STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream")
+_STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream|/v1/ops/rooms/[^/]+/stream")
 
 
 class _Gone(Exception):
@@ -95,7 +96,7 @@ class Gate:
             if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
                 principal = await self._admit(headers)
                 scope[PRINCIPAL] = principal
-                if scope["method"] == "GET" and _holds_stream(scope["path"]):
+                if scope["method"] == "GET" and _STREAM.fullmatch(scope["path"]):
                     stream_of = self._open_stream(principal.agent)
             receive = await self._buffer(scope, headers, receive)
         except _Gone:
@@ -219,12 +220,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-_CHANGE_STREAM = re.compile(r"/v1/ops/rooms/[^/]+/stream")
-
-
-def _holds_stream(path: str) -> bool:
-    """An event stream or an operator's change stream: each holds one of the agent's
-    stream slots while it is open."""
-    return bool(_STREAM.fullmatch(path) or _CHANGE_STREAM.fullmatch(path))
