@@ -146,11 +146,7 @@ class Ops:
             self.events(room, limit=EVENTS),
         )
         now = parts.now
-        rows = [task_row(r.value, now) for r in parts.tasks]
-        locks = lock_rows(parts.locks, parts.waiters, now)
-        cursors = cursor_rows(parts.cursors, parts.last_seq)
-        effects = [effect_row(r.value) for r in parts.effects]
-        stuck = stuck_list(rows, locks, cursors, effects, now, limits)
+        rows, locks, cursors, effects, stuck = _judge(parts, limits)
         return RoomPage(
             room=room,
             now=now,
@@ -179,11 +175,7 @@ class Ops:
         """One line of the rooms overview: task counts, stuck count, locks held, agents
         online and the log's head."""
         parts = await self._parts(room)
-        rows = [task_row(r.value, parts.now) for r in parts.tasks]
-        locks = lock_rows(parts.locks, parts.waiters, parts.now)
-        cursors = cursor_rows(parts.cursors, parts.last_seq)
-        effects = [effect_row(r.value) for r in parts.effects]
-        stuck = stuck_list(rows, locks, cursors, effects, parts.now, thresholds or self.thresholds)
+        rows, locks, _, _, stuck = _judge(parts, thresholds or self.thresholds)
         return RoomSummary(
             room=room,
             tasks=_count(r.status for r in rows),
@@ -360,6 +352,23 @@ class Ops:
 
 
 # ------------------------------------------------------------------ rows (pure)
+
+
+def _judge(
+    parts: _Parts, limits: Thresholds
+) -> tuple[list[TaskRow], list[LockRow], list[CursorRow], list[EffectRow], list[Stuck]]:
+    """The rows of a room's parts, and what among them is stuck."""
+    rows = [task_row(r.value, parts.now) for r in parts.tasks]
+    locks = lock_rows(parts.locks, parts.waiters, parts.now)
+    cursors = cursor_rows(parts.cursors, parts.last_seq)
+    effects = [effect_row(r.value) for r in parts.effects]
+    return (
+        rows,
+        locks,
+        cursors,
+        effects,
+        stuck_list(rows, locks, cursors, effects, parts.now, limits),
+    )
 
 
 def _count(values: Any) -> dict[str, int]:
