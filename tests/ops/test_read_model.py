@@ -14,8 +14,20 @@ from agentrooms.commit import Intent
 from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
 from agentrooms.ops import EXPIRED, EXPIRED_LAST, Ops, Thresholds, as_json
 from agentrooms.rooms import Rooms, TaskSpec
-from agentrooms.store import Append, Put, SetAdd, Store, VersionIs
+from agentrooms.store import (
+    Append,
+    Event,
+    Put,
+    ScanPage,
+    SetAdd,
+    Snapshot,
+    Store,
+    TransactResult,
+    VersionIs,
+)
 from agentrooms.store.contention import FLUSH_EVERY
+from agentrooms.store.types import Prepared
+from agentrooms.store.wrap import Forwarding
 from agentrooms.writer import IntentQueue, Writer
 from tests import ops_scenario as s
 from tests.conftest import Backend
@@ -207,3 +219,53 @@ async def test_the_writer_section_counts_queued_intents_and_dead_letters(
     }
     (letter,) = page.writer.dead
     assert (letter["queue"], letter["id"], letter["failures"]) == ("main", "poison", 2)
+
+
+class _Counted(Forwarding):
+    """Counts every round trip the read model makes, and asserts it writes nothing."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.trips = 0
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        self.trips += 1
+        return await self.inner._read(room, keys)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        self.trips += 1
+        return await self.inner._scan(room, prefix, after, limit)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        self.trips += 1
+        return await self.inner._read_log(room, after, limit)
+
+    async def _last_seq(self, room: str) -> int:
+        self.trips += 1
+        return await self.inner._last_seq(room)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        self.trips += 1
+        return await self.inner._set_size(room, name)
+
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        raise AssertionError("the read model wrote")
+
+
+async def test_the_room_page_costs_the_same_round_trips_however_full_the_room(
+    store: Store, room: str
+) -> None:
+    r = await Rooms(store).create(room)
+    counted = _Counted(store)
+    await Ops(counted).room(room)
+    empty = counted.trips
+    await r.plan.add([TaskSpec(f"t{i:03d}") for i in range(900)])
+    for i in range(40):
+        await r.locks.try_acquire(f"lock{i}", f"agent{i}", ttl=600)
+        await r.presence.heartbeat(f"agent{i}", ttl=600)
+        await r.events.ack(f"agent{i}", 1)
+        await r.docs.put(f"doc{i}", {"i": i})
+    counted.trips = 0
+    page = await Ops(counted).room(room)
+    assert (page.plan.total, len(page.locks), len(page.cursors)) == (900, 40, 40)
+    assert counted.trips == empty <= 16
