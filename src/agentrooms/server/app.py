@@ -34,6 +34,7 @@ from agentrooms.server.models import Status
 from agentrooms.server.observe import Observe, Templates
 from agentrooms.server.routes import docs, events, locks, presence, rooms, tasks
 from agentrooms.server.routes import errors as error_responses
+from agentrooms.server.routes import ops as operator
 from agentrooms.store.base import Store
 
 __all__ = ["READY_TIMEOUT", "create_app"]
@@ -67,7 +68,7 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
     app.state.auth = auth
     default_metrics()  # register the commit loop's counters with the default registry
     install_handlers(app)
-    for module in (rooms, tasks, docs, events, presence, locks):
+    for module in (rooms, tasks, docs, events, presence, locks, operator):
         app.include_router(module.router, prefix="/v1")
     _operations(app, store)
     app.add_middleware(Gate, store=store, auth=auth, limits=limits)

@@ -75,6 +75,7 @@ SCOPES = frozenset(
         "events:write",
         "presence:write",
         "locks:write",
+        "ops:read",
         ADMIN,
     }
 )
