@@ -241,9 +241,17 @@ async def test_the_stream_wakes_within_a_second_of_another_handles_event(
     limits = HttpLimits(rate=None, keepalive_seconds=0.2, max_stream_seconds=30)
     app = make_app(store, limits=limits)
     posted: list[tuple[float, int]] = []
+    connected = asyncio.Event()  # the stream sent its first frame: it is watching
+
+    def seen(body: bytes) -> bool:
+        changes = _changes(body)
+        if changes:
+            connected.set()
+        return head + 1 in changes
 
     async def post_later() -> None:
-        await asyncio.sleep(0.5)
+        await connected.wait()
+        await asyncio.sleep(0.7)  # idle past a few keepalives first
         seq = await Rooms(other).room(room).events.post("note", {"from": "another handle"})
         posted.append((time.monotonic(), seq))
 
@@ -252,7 +260,7 @@ async def test_the_stream_wakes_within_a_second_of_another_handles_event(
         app,
         f"/v1/ops/rooms/{room}/stream",
         auth,
-        lambda body: head + 1 in _changes(body),
+        seen,
         timeout=10,
     )
     await poster
