@@ -94,7 +94,8 @@ def rooms_delete(
 
 @plan_app.command("show")
 def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
-    """The plan as a tree of dependencies, with owners, leases and fencing tokens."""
+    """The plan as a tree of dependencies, with owners, leases and fencing tokens. A
+    claimed task whose lease ran out (by the store's clock) shows as expired, not held."""
 
     async def work(store: Store) -> tuple[list[Any], float]:
         tasks = await Rooms(store).room(room).plan.tasks()
@@ -106,13 +107,18 @@ def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
     tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
 
     def label(task: Any) -> Text:
-        text = Text.assemble(literal(f"{task.status:9}", colour.get(task.status, "")), " ")
+        expired = task.state != task.status
+        shown = colour.get("failed" if expired else task.status, "")
+        text = Text.assemble(literal(f"{task.state:9}", shown), " ")
         text.append_text(literal(task.id))
         if task.title:
             text.append_text(literal(f"  {task.title}"))
         if task.status == "claimed":
             lease = _when(task.lease_expires, now)
-            text.append_text(literal(f"  owner={task.owner} fence={task.fence} lease {lease}"))
+            since = _when(task.lease_granted_at, now)
+            text.append_text(
+                literal(f"  owner={task.owner} fence={task.fence} lease {lease} (since {since})")
+            )
         elif task.owner:
             text.append_text(literal(f"  by {task.owner} (fence {task.fence})"))
         return text

@@ -96,6 +96,25 @@ def test_plan_show_has_owners_leases_and_fences(url: str) -> None:
     assert "ready" in out and "risk" in out
 
 
+def test_plan_show_shows_an_expired_lease_as_expired_reclaimable(url: str) -> None:
+    async def work() -> None:
+        store = await open_store(url)
+        room = await Rooms(store).create("contract")
+        await room.plan.add([TaskSpec("gone"), TaskSpec("kept")])
+        await room.plan.claim("gone", "agent-a", ttl=0.2)
+        await room.plan.claim("kept", "agent-b", ttl=600)
+        await asyncio.sleep(0.4)
+        await store.close()
+
+    asyncio.run(work())
+    code, out = invoke("plan", "show", "contract", "--url", url)
+    assert code == 0
+    [gone] = [line for line in out.splitlines() if "gone" in line]
+    [kept] = [line for line in out.splitlines() if "kept" in line]
+    assert "expired, reclaimable" in gone and "owner=agent-a" in gone and "ago (since" in gone
+    assert "claimed" in kept and "expired" not in kept and "lease in" in kept
+
+
 def test_tail_follows_events(url: str) -> None:
     invoke("rooms", "create", "contract", "--url", url)
     seed(url)

@@ -229,9 +229,7 @@ async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
     finally:
         await store.close()
     fresh = await _fresh(postgres_url)
-    assert migrated["migrations"] == [
-        repr(row) for row in [*SQUASHED, (FIRST, "outcomes"), *SINCE]
-    ]
+    assert migrated["migrations"] == [repr(row) for row in [*SQUASHED, (FIRST, "outcomes"), *SINCE]]
     for what in CATALOG:
         if what != "migrations":
             assert migrated[what] == fresh[what], what

@@ -1,6 +1,7 @@
 """What a lock's records hold, and the writes that change them.
 
-A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL) and the newest
+A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL, and once
+extended the grant's time) and the newest
 fencing token in ``lockfence/<name>``; ``lockline/<name>`` is the mark that a grant of the
 free lock and every join of its line rewrite. Pure functions and values: nothing here
 reads or writes the store.
@@ -34,6 +35,8 @@ class Lock:
     ttl: float
     # what ``read=`` asked for: each record's value as of the grant (absent: left out)
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    granted_at: float | None = None  # store clock: the write that granted it
+    renewed_at: float | None = None  # store clock: its last extend (None: never)
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
@@ -42,10 +45,40 @@ class Lock:
 
 @dataclass(frozen=True, slots=True)
 class LockInfo:
+    """The lock's current holder, as of a read (an expired grant is no holder: the
+    lock is free). Times by the store's clock, to the millisecond."""
+
     name: str
     owner: str
     fence: int
     expires_at: float | None
+    granted_at: float | None = None  # the write that granted it (a handoff's, for one)
+    renewed_at: float | None = None  # its last extend (None: never extended)
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterInfo:
+    """One agent in a lock's line: ``joined_at`` is the store time of the write that put
+    it in line (a waiter that dropped out and joined again: of that join), ``ticket``
+    its place (lower goes first)."""
+
+    waiter: str
+    owner: str
+    ticket: int
+    joined_at: float | None
+    expires_at: float | None  # its entry lapses then unless the waiter refreshes it
+
+
+def grant_times(value: Mapping[str, Any], expires_at: float | None) -> tuple[float | None, ...]:
+    """``(granted_at, renewed_at)`` of a holder record. Every write of the record (a
+    grant, a handoff or an extend) sets its expiry to the write's store time plus the
+    TTL it holds, so that time is ``expires_at - ttl``; an extend keeps the grant's time
+    in the value (``granted_at``), a grant does not, so a value without it was never
+    extended."""
+    written = None if expires_at is None else expires_at - float(value["ttl"])
+    if "granted_at" in value:
+        return float(value["granted_at"]), written
+    return written, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +115,14 @@ def check_read(read: object) -> tuple[str, ...]:
     return wanted
 
 
-def holder_value(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
-    return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+def holder_value(
+    owner: str, token: str, fence: int, ttl: float, granted_at: float | None = None
+) -> dict[str, Any]:
+    """A holder record's value; ``granted_at`` is written by an extend only."""
+    value: dict[str, Any] = {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+    if granted_at is not None:
+        value["granted_at"] = granted_at
+    return value
 
 
 def grant_writes(name: str, holder: dict[str, Any]) -> list[Write]:
