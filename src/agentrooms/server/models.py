@@ -140,7 +140,9 @@ class LeaseOut(BaseModel):
     fence: int
     expires_at: float
     ttl: float
-    granted_at: float | None = Field(description="store clock: the claim that granted it")
+    granted_at: float | None = Field(
+        description="store clock: the claim that granted it (null from renew: see the task)"
+    )
 
     @classmethod
     def of(cls, lease: Lease) -> LeaseOut:
@@ -166,6 +168,9 @@ class LeaseIn(In):
     agent: Name | None = Field(default=None, description="must be the token's agent when given")
     fence: Count
     expires_at: float = Field(default=0.0, ge=0, le=1e12, description="as the claim returned it")
+    granted_at: float | None = Field(
+        default=None, ge=0, le=1e12, description="as the claim returned it (not checked)"
+    )
     room: Name | None = Field(default=None, description="must be the path's room when given")
     ttl: Seconds | None = Field(default=None, description="renew: the new lease length")
 
