@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from agentrooms.commit import Change, CommitResult, View
+from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, LockHeld, StaleFence, VersionConflict
 from agentrooms.rooms import keys
 from agentrooms.rooms.follow import tell
@@ -196,8 +196,10 @@ class LockCore:
         except LockHeld:
             self._known.found_held(self._scope.room, name, *found[0])
             raise
-        now = _written_at(done)
+        now = done.result["now"]  # as recorded: a replay answers the same expiry
         lock = self._lock(name, done.result["holder"], now + claim.ttl)
+        if done.now is not None:  # the grant's own time, which its record's TTL counts from
+            lock = replace(lock, granted_at=done.now)
         if not done.replayed:  # a replayed grant says nothing of the lock now
             until = local_time(lock.expires_at, now)
             self._known.granted(lock, until, done.versions[keys.lock_line(name)])
@@ -337,7 +339,8 @@ class LockCore:
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         self._known.extended(lock, time.monotonic() + length)
-        return self._lock(lock.name, done.result["holder"], _written_at(done) + length)
+        at = done.result["now"] if done.now is None else done.now  # the extend's write
+        return self._lock(lock.name, done.result["holder"], at + length)
 
     async def holder(self, name: str) -> LockInfo | None:
         """The lock's holder, ``None`` if it is free (an expired grant holds nothing)."""
@@ -350,10 +353,3 @@ class LockCore:
         return LockInfo(
             name, value["owner"], value["fence"], record.expires_at, granted_at, renewed_at
         )
-
-
-def _written_at(done: CommitResult) -> float:
-    """The store time a commit that wrote a holder record wrote it (the record's TTL runs
-    from then); for a replayed one, that of the read it decided on (its ``now``)."""
-    now: float = done.result["now"] if done.now is None else done.now
-    return now

@@ -35,8 +35,10 @@ class Lock:
     ttl: float
     # what ``read=`` asked for: each record's value as of the grant (absent: left out)
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    granted_at: float | None = None  # store clock: the write that granted it
-    renewed_at: float | None = None  # store clock: its last extend (None: never)
+    # store clock: the write that granted it (a grant replayed for a command id: the read
+    # it decided on, at most a round trip earlier), and its last extend (None: never)
+    granted_at: float | None = field(default=None, compare=False)
+    renewed_at: float | None = field(default=None, compare=False)
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
