@@ -171,7 +171,6 @@ class CommitResult:
     elapsed: float
     replayed: bool = False  # the outcome was recorded by an earlier delivery of the command
     requeued: bool = False  # contention exhausted and the command was handed back
-    now: float | None = None  # store clock at the commit (None: replayed or requeued)
 
 
 Transition = Callable[[View, E], Change]
@@ -481,7 +480,6 @@ async def _write(
             loop.attempts,
             loop.transitions,
             loop.elapsed(),
-            now=done.now,
         )
 
 

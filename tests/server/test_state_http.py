@@ -57,6 +57,7 @@ async def test_leases_show_their_times_and_expiry_as_it_is(store: Store, room: s
         fence = lease["fence"]
         renewed = await c.post(f"{tasks}/t/renew", json={"fence": fence, "ttl": 0.3}, headers=ann)
         assert renewed.status_code == 200
+        assert renewed.json()["granted_at"] == lease["granted_at"]
         after = (await c.get(f"{tasks}/t", headers=ann)).json()
         assert after["lease_renewed_at"] >= after["lease_granted_at"] == lease["granted_at"]
         await asyncio.sleep(0.5)

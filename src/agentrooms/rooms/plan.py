@@ -424,14 +424,13 @@ class Plan:
             return Change(
                 writes=[Put(keys.task(task.id), renewed.to_value())],
                 appends=[Append("lease.renewed", _lease_data(lease, expires), lease.agent)],
-                result=expires,
+                result={"expires_at": expires, "granted_at": task.lease_granted_at},
             )
 
         event = {"op": "renew", **_lease_data(lease), "ttl": ttl}
-        expires: float = (await self._holder_commit(renew, lease, event, command_id)).result
-        return Lease(
-            lease.room, lease.task_id, lease.agent, lease.fence, expires, ttl, lease.granted_at
-        )
+        done = (await self._holder_commit(renew, lease, event, command_id)).result
+        expires, granted = done["expires_at"], done["granted_at"]
+        return Lease(lease.room, lease.task_id, lease.agent, lease.fence, expires, ttl, granted)
 
     async def complete(
         self, lease: Lease, result: JSON = None, *, command_id: str | None = None

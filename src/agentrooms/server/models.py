@@ -140,9 +140,7 @@ class LeaseOut(BaseModel):
     fence: int
     expires_at: float
     ttl: float
-    granted_at: float | None = Field(
-        description="store clock: the claim that granted it (null from renew: see the task)"
-    )
+    granted_at: float | None = Field(description="store clock: the claim that granted it")
 
     @classmethod
     def of(cls, lease: Lease) -> LeaseOut:

@@ -183,7 +183,7 @@ class LockCore:
             if held is not None:
                 found[:] = [(fence, local_time(held.expires_at, view.now))]
                 raise LockHeld(name, held.value["owner"])
-            holder = claim.holder(fence + 1)
+            holder = claim.holder(fence + 1, view.now)
             writes = [*grant_writes(name, holder), mark(name)]
             if queued is not None and view.exists(queued):
                 writes.append(Delete(queued))
@@ -196,10 +196,8 @@ class LockCore:
         except LockHeld:
             self._known.found_held(self._scope.room, name, *found[0])
             raise
-        now = done.result["now"]  # as recorded: a replay answers the same expiry
+        now = done.result["now"]
         lock = self._lock(name, done.result["holder"], now + claim.ttl)
-        if done.now is not None:  # the grant's own time, which its record's TTL counts from
-            lock = replace(lock, granted_at=done.now)
         if not done.replayed:  # a replayed grant says nothing of the lock now
             until = local_time(lock.expires_at, now)
             self._known.granted(lock, until, done.versions[keys.lock_line(name)])
@@ -331,7 +329,7 @@ class LockCore:
                 raise StaleFence(keys.lock(lock.name), lock.fence, current)
             assert record is not None
             granted_at = grant_times(held, record.expires_at)[0]
-            holder = holder_value(lock.owner, lock.token, lock.fence, length, granted_at)
+            holder = holder_value(lock.owner, lock.token, lock.fence, length, granted_at, view.now)
             return Change(
                 writes=[Put(keys.lock(lock.name), holder, ttl=length)],
                 result={"holder": holder, "now": view.now},
@@ -339,8 +337,7 @@ class LockCore:
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         self._known.extended(lock, time.monotonic() + length)
-        at = done.result["now"] if done.now is None else done.now  # the extend's write
-        return self._lock(lock.name, done.result["holder"], at + length)
+        return self._lock(lock.name, done.result["holder"], done.result["now"] + length)
 
     async def holder(self, name: str) -> LockInfo | None:
         """The lock's holder, ``None`` if it is free (an expired grant holds nothing)."""

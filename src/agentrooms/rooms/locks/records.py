@@ -1,7 +1,7 @@
 """What a lock's records hold, and the writes that change them.
 
-A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL, and once
-extended the grant's time) and the newest
+A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL, and the
+grant's and last extend's times where its write cannot give them) and the newest
 fencing token in ``lockfence/<name>``; ``lockline/<name>`` is the mark that a grant of the
 free lock and every join of its line rewrite. Pure functions and values: nothing here
 reads or writes the store.
@@ -35,10 +35,9 @@ class Lock:
     ttl: float
     # what ``read=`` asked for: each record's value as of the grant (absent: left out)
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    # store clock: the write that granted it (a grant replayed for a command id: the read
-    # it decided on, at most a round trip earlier), and its last extend (None: never)
-    granted_at: float | None = field(default=None, compare=False)
-    renewed_at: float | None = field(default=None, compare=False)
+    # store clock: the grant, and its last extend (None: never); see grant_times
+    granted_at: float | None = None
+    renewed_at: float | None = None
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
@@ -72,15 +71,19 @@ class WaiterInfo:
 
 
 def grant_times(value: Mapping[str, Any], expires_at: float | None) -> tuple[float | None, ...]:
-    """``(granted_at, renewed_at)`` of a holder record. Every write of the record (a
-    grant, a handoff or an extend) sets its expiry to the write's store time plus the
-    TTL it holds, so that time is ``expires_at - ttl``; an extend keeps the grant's time
-    in the value (``granted_at``), a grant does not, so a value without it was never
-    extended."""
-    written = None if expires_at is None else expires_at - float(value["ttl"])
+    """``(granted_at, renewed_at)`` of a holder record, by the store's clock.
+
+    A grant made without a read (a take of a lock believed free, a handoff) cannot know
+    its own store time, but it sets the record's expiry to that time plus the TTL it
+    holds, so its grant time is ``expires_at - ttl`` (to the millisecond). A grant or an
+    extend made through the commit loop writes the store time of the read it decided on
+    (at most one round trip before its write) as ``granted_at`` / ``renewed_at``, so
+    that a replay of its command answers the same grant."""
+    renewed = value.get("renewed_at")
     if "granted_at" in value:
-        return float(value["granted_at"]), written
-    return written, None
+        return float(value["granted_at"]), renewed
+    written = None if expires_at is None else expires_at - float(value["ttl"])
+    return written, renewed
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,8 @@ class Claim:
     ttl: float
     token: str
 
-    def holder(self, fence: int) -> dict[str, Any]:
-        return holder_value(self.owner, self.token, fence, self.ttl)
+    def holder(self, fence: int, granted_at: float | None = None) -> dict[str, Any]:
+        return holder_value(self.owner, self.token, fence, self.ttl, granted_at)
 
 
 def new_claim(name: str, owner: str, ttl: object) -> Claim:
@@ -118,12 +121,19 @@ def check_read(read: object) -> tuple[str, ...]:
 
 
 def holder_value(
-    owner: str, token: str, fence: int, ttl: float, granted_at: float | None = None
+    owner: str,
+    token: str,
+    fence: int,
+    ttl: float,
+    granted_at: float | None = None,
+    renewed_at: float | None = None,
 ) -> dict[str, Any]:
-    """A holder record's value; ``granted_at`` is written by an extend only."""
+    """A holder record's value; the times only where :func:`grant_times` needs them."""
     value: dict[str, Any] = {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
     if granted_at is not None:
         value["granted_at"] = granted_at
+    if renewed_at is not None:
+        value["renewed_at"] = renewed_at
     return value
 
 
