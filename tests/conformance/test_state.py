@@ -11,6 +11,7 @@ import pytest
 
 from agentrooms.errors import StaleFence
 from agentrooms.rooms import Room, Rooms, TaskSpec
+from agentrooms.rooms.locks import queue
 from agentrooms.rooms.plan import LEASE_EXPIRED, LEASE_EXPIRED_LAST, LEASE_HELD
 from agentrooms.store import Store
 from tests.helpers import in_line
@@ -203,3 +204,24 @@ async def test_an_expired_lock_shows_as_free(room: Room) -> None:
     assert (await room.locks.holder("L")) is not None
     await asyncio.sleep(0.4)
     assert await room.locks.holder("L") is None
+
+
+async def test_a_waiters_join_time_survives_its_refreshes(
+    room: Room, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refreshes that keep a waiter's entry alive rewrite it (and its expiry): the
+    time it joined the line stays the join's."""
+    monkeypatch.setattr(queue, "WAITER_TTL", 0.6)  # a refresh every 0.2 s
+    a = await room.locks.try_acquire("L", "ann", ttl=30)
+    waiting = asyncio.create_task(room.locks.wait_acquire("L", "bob", timeout=20))
+    await in_line(store, room.name, 1)
+    [first] = await room.locks.waiters("L")
+    await asyncio.sleep(0.7)  # past the first entry's own expiry: refreshed since
+    [later] = await room.locks.waiters("L")
+    assert first.joined_at is not None and later.joined_at is not None
+    assert later.expires_at is not None and first.expires_at is not None
+    assert later.expires_at > first.expires_at
+    assert abs(later.joined_at - first.joined_at) <= MS
+    assert (later.waiter, later.ticket) == (first.waiter, first.ticket)
+    assert await room.locks.release(a)
+    assert await room.locks.release(await asyncio.wait_for(waiting, 10))
