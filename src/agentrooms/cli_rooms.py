@@ -148,7 +148,7 @@ def tail(
 ) -> None:
     """Follow a room's events live (woken by the store; moves no agent's cursor).
 
-    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped."""
+    One line per event, ``#<seq> <type> [by <author>] <data as JSON>``, never wrapped."""
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -159,7 +159,9 @@ def tail(
             batch = await events.read(position, 100)
             for event in batch:
                 data = json.dumps(event.data, ensure_ascii=False)
-                say(literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"), " ", data)
+                by = "" if event.author is None else f" by {event.author}"
+                head = (literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"))
+                say(*head, by, " ", data)
                 position = event.seq
                 shown += 1
                 if count is not None and shown >= count:

@@ -125,6 +125,22 @@ def test_tail_follows_events(url: str) -> None:
     assert code == EXIT_NOT_FOUND and "not_found" in out
 
 
+def test_tail_names_each_events_author(url: str) -> None:
+    async def work() -> None:
+        store = await open_store(url)
+        room = await Rooms(store).create("contract")
+        await room.events.post("note", {"n": 1}, author="agent-a")
+        await store.close()
+
+    asyncio.run(work())
+    code, out = invoke("tail", "contract", "--url", url, "--after", "0", "--count", "2")
+    assert code == 0
+    assert out.splitlines() == [
+        '#1 room.created {"room": "contract"}',
+        '#2 note by agent-a {"n": 1}',
+    ]
+
+
 def test_tokens_mint_list_revoke(url: str) -> None:
     code, out = invoke("tokens", "mint", "agent-a", "--url", url, "--rooms", "contract")
     assert code == 0
