@@ -104,3 +104,18 @@ async def test_a_lock_shows_its_grant_times_and_its_line(store: Store, room: str
         assert state["holder"]["owner"] == "bob" and state["waiters"] == []
         assert abs(state["holder"]["granted_at"] - handoff["time"]) <= MS
         assert abs(handed["granted_at"] - handoff["time"]) <= MS
+
+
+async def test_a_lock_whose_holder_expired_shows_as_free(store: Store, room: str) -> None:
+    ann = bearer(await token(store, "ann"))
+    async with client(make_app(store)) as c:
+        await c.post("/v1/rooms", json={"name": room}, headers=ann)
+        locks = f"/v1/rooms/{room}/locks/L"
+        await c.post(f"{locks}/acquire", json={"ttl": 0.2}, headers=ann)
+        assert (await c.get(locks, headers=ann)).json()["holder"]["owner"] == "ann"
+        await asyncio.sleep(0.4)
+        assert (await c.get(locks, headers=ann)).json() == {
+            "name": "L",
+            "holder": None,
+            "waiters": [],
+        }
