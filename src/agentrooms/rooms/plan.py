@@ -8,11 +8,11 @@ conditional write that compares the task's and its dependencies' versions.
 
 A claim grants a lease (``expires_at`` by the store's clock) and a fencing token that
 increases with every grant of the task and is never reused. The task records when its
-lease was granted and last renewed (``lease_granted_at``, ``lease_renewed_at``: store
-clock, the time of the write that did it). A task read through this module also says
-what its lease is as of the read's store time (``lease_state``, ``lease_remaining``): a
-claimed task whose lease ran out is ``"expired, reclaimable"`` (``claim_next`` hands it
-out), not held. ``renew``, ``complete`` and
+lease was granted and last renewed (``lease_granted_at``, ``lease_renewed_at``: the
+store time the claim or renewal decided on, from which ``lease_expires`` counts). A task
+read through this module also says what its lease is as of the read's store time
+(``lease_state``, ``lease_remaining``): a claimed task whose lease ran out is
+``"expired, reclaimable"`` (``claim_next`` hands it out), not held. ``renew``, ``complete`` and
 ``fail`` take the lease; a holder whose token is no longer the task's current one gets
 ``StaleFence`` and its result is never recorded. Any other write can be fenced by the
 task with ``FenceAtMost(task_key, lease.fence)`` (:meth:`Lease.guard`).
@@ -128,8 +128,9 @@ class Task:
         return self.status
 
     def to_value(self) -> dict[str, Any]:
-        """The stored value: every field but ``version``, copied one level deep (values
-        are immutable here, and the store serializes what it is given)."""
+        """The stored value: every field but ``version`` and the read-time ``lease_state``
+        and ``lease_remaining``, copied one level deep (values are immutable here, and the
+        store serializes what it is given)."""
         return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     def replace(self, **changes: Any) -> Task:
