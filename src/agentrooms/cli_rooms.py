@@ -105,10 +105,12 @@ def rooms_delete(
 def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """The plan as a DAG of dependencies, with owners, leases and fencing tokens: each
     task is drawn once, under the first task it waits for; a dependent already drawn
-    is named on one ``also ... (shown above)`` line instead of being drawn again.
+    is named on one ``also ... (shown above)`` line instead of being drawn again. A
+    claimed task whose lease ran out (by the store's clock) shows as expired, not held.
 
     ``--json``: ``{"room", "now", "tasks": [...]}``, every task's stored fields with its
-    ``version`` and ``lease_remaining`` (seconds by the store's clock, or null)."""
+    ``version``, ``state``, ``lease_state`` and ``lease_remaining`` (seconds by the
+    store's clock, or null)."""
 
     async def work(store: Store) -> tuple[list[Any], float]:
         tasks = await Rooms(store).room(room).plan.tasks()
@@ -122,8 +124,17 @@ def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption =
 
 
 def _task_json(task: Any, now: float) -> dict[str, Any]:
-    remaining = None if task.lease_expires is None else task.lease_expires - now
-    return {"id": task.id, **task.to_value(), "version": task.version, "lease_remaining": remaining}
+    remaining = task.lease_remaining
+    if remaining is None and task.lease_expires is not None:
+        remaining = task.lease_expires - now
+    return {
+        "id": task.id,
+        **task.to_value(),
+        "version": task.version,
+        "state": task.state,
+        "lease_state": task.lease_state,
+        "lease_remaining": remaining,
+    }
 
 
 _COLOUR = {"done": "green", "claimed": "yellow", "ready": "cyan", "failed": "red"}
@@ -140,13 +151,18 @@ def plan_tree(room: str, tasks: list[Any], now: float) -> Tree:
     tree = Tree(Text.assemble(literal(room, "bold"), f": {len(tasks)} tasks"))
 
     def label(task: Any) -> Text:
-        text = Text.assemble(literal(f"{task.status:9}", _COLOUR.get(task.status, "")), " ")
+        expired = task.state != task.status
+        shown = _COLOUR.get("failed" if expired else task.status, "")
+        text = Text.assemble(literal(f"{task.state:9}", shown), " ")
         text.append_text(literal(task.id))
         if task.title:
             text.append_text(literal(f"  {task.title}"))
         if task.status == "claimed":
             lease = _when(task.lease_expires, now)
-            text.append_text(literal(f"  owner={task.owner} fence={task.fence} lease {lease}"))
+            since = _when(task.lease_granted_at, now)
+            text.append_text(
+                literal(f"  owner={task.owner} fence={task.fence} lease {lease} (since {since})")
+            )
         elif task.owner:
             text.append_text(literal(f"  by {task.owner} (fence {task.fence})"))
         return text
@@ -191,9 +207,9 @@ def tail(
 ) -> None:
     """Follow a room's events live (woken by the store; moves no agent's cursor).
 
-    One line per event, ``#<seq> <type> <data as JSON>``, never wrapped. ``--json``: a
-    stream, so one JSON document per line and event (``seq``, ``type``, ``data``,
-    ``time``), each printed as it arrives."""
+    One line per event, ``#<seq> <type> [by <author>] <data as JSON>``, never wrapped.
+    ``--json``: a stream, so one JSON document per line and event (``seq``, ``type``,
+    ``data``, ``time``, ``author``), each printed as it arrives."""
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -204,11 +220,12 @@ def tail(
             batch = await events.read(position, 100)
             for event in batch:
                 if as_json:
-                    emit_json(event)  # seq, type, data, time
+                    emit_json(event)  # seq, type, data, time, author
                 else:
                     data = json.dumps(event.data, ensure_ascii=False)
-                    seq = literal(f"#{event.seq}", "dim")
-                    say(seq, " ", literal(event.type, "bold"), " ", data)
+                    by = "" if event.author is None else f" by {event.author}"
+                    head = (literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"))
+                    say(*head, by, " ", data)
                 position = event.seq
                 shown += 1
                 if count is not None and shown >= count:

@@ -176,13 +176,13 @@ async def test_follow_log_returns_the_events(backend: Backend, room: str) -> Non
 
     async def append_later() -> None:
         await asyncio.sleep(0.3)
-        await writer.transact(room, appends=[Append("c", {"k": [3]})])
+        await writer.transact(room, appends=[Append("c", {"k": [3]}, author="w")])
 
     t0 = time.monotonic()
     task = asyncio.create_task(append_later())
     woken = await waiter.follow_log(room, 2, 20)
     assert time.monotonic() - t0 < 5  # woken by the append, not timed out
-    assert [(e.seq, e.type, e.data) for e in woken] == [(3, "c", {"k": [3]})]
+    assert [(e.seq, e.type, e.data, e.author) for e in woken] == [(3, "c", {"k": [3]}, "w")]
     assert woken == await waiter.read_log(room, 2)  # the same events, times included
     await task
     t0 = time.monotonic()

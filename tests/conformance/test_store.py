@@ -404,6 +404,30 @@ async def test_log_sequence_read_and_limit(store: Store, room: str) -> None:
     assert await store.last_seq(room) == 3
 
 
+async def test_event_author_is_stored_and_read_back(store: Store, room: str) -> None:
+    """An append's author comes back with its event from every read of the log; an
+    append that names none reads as ``None``; appends of one transact keep their own."""
+    result = await store.transact(
+        room, appends=[Append("a", 1, author="ann"), Append("b"), Append("c", author="bö b")]
+    )
+    await store.transact(room, writes=[Put("k", 1)], appends=[Append("d", author="ann")])
+    expected = [(1, "ann"), (2, None), (3, "bö b"), (4, "ann")]
+    assert [(e.seq, e.author) for e in await store.read_log(room)] == expected
+    assert [e.author for e in await store.read_log(room, after=2, limit=1)] == ["bö b"]
+    assert [e.author for e in await store.follow_log(room, 0, 1.0)] == [a for _, a in expected]
+    assert result.seqs == [1, 2, 3]
+
+
+@pytest.mark.parametrize("author", ["", "x" * 201, "a\nb", 7])
+async def test_bad_event_author_is_refused_before_anything_is_written(
+    store: Store, room: str, author: object
+) -> None:
+    with pytest.raises(BadRequest, match="event author"):
+        await store.transact(room, writes=[Put("k", 1)], appends=[Append("e", author=author)])  # type: ignore[arg-type]
+    assert (await store.read(room, ["k"])).get("k") is None
+    assert await store.last_seq(room) == 0
+
+
 async def test_trimmed_log_raises_cursor_compacted(store: Store, room: str) -> None:
     await store.transact(room, appends=[Append("e", i) for i in range(10)])
     assert await store.trim_log(room, 5) == 5

@@ -132,7 +132,8 @@ async def events_and_push(alice: Agent, bob: Agent, store: Store, room: str) -> 
         posted = await use(bob, "post_event", room=room, type="note", data={"text": "hi"})
         await next_update(sub)
         news = await use(alice, "read_new_events", room=room)
-        assert news["events"] == [{"seq": posted["seq"], "type": "note", "data": {"text": "hi"}}]
+        note = {"seq": posted["seq"], "type": "note", "data": {"text": "hi"}, "author": "bob"}
+        assert news["events"] == [note]
         seq = await Rooms(store).room(room).events.post("deploy", {"by": "ci"})
         await next_update(sub)
         news = await use(alice, "read_new_events", room=room)

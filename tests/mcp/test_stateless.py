@@ -64,7 +64,8 @@ async def test_handshake_era_clients_need_no_session(
             seen = await use(carol, "read_new_events", room=room)  # a
             posted = await use(carol, "post_event", room=room, type="note", data="x")  # b
             news = await use(carol, "read_new_events", room=room)  # a
-            assert news["events"] == [{"seq": posted["seq"], "type": "note", "data": "x"}]
+            note = {"seq": posted["seq"], "type": "note", "data": "x", "author": "carol"}
+            assert news["events"] == [note]
             assert news["cursor"] == posted["seq"] > seen["cursor"]
             lease = await use(carol, "claim_task", room=room)  # b
             done = await use(  # a

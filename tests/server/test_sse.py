@@ -52,6 +52,7 @@ async def test_resume_with_last_event_id_gets_exactly_the_missing_events(
         seen = parse(first.text)
         assert [e["seq"] for e in seen] == [1, 2, 3, 4]
         assert [e["id"] for e in seen] == ["1", "2", "3", "4"]
+        assert [e["author"] for e in seen] == [None, "alice", "alice", "alice"]  # the token's
         await _post(c, room, auth, 3)  # seqs 7..9 arrive while disconnected
         resumed = await c.get(
             url,

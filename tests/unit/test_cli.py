@@ -96,6 +96,25 @@ def test_plan_show_has_owners_leases_and_fences(url: str) -> None:
     assert "ready" in out and "risk" in out
 
 
+def test_plan_show_shows_an_expired_lease_as_expired_reclaimable(url: str) -> None:
+    async def work() -> None:
+        store = await open_store(url)
+        room = await Rooms(store).create("contract")
+        await room.plan.add([TaskSpec("gone"), TaskSpec("kept")])
+        await room.plan.claim("gone", "agent-a", ttl=0.2)
+        await room.plan.claim("kept", "agent-b", ttl=600)
+        await asyncio.sleep(0.4)
+        await store.close()
+
+    asyncio.run(work())
+    code, out = invoke("plan", "show", "contract", "--url", url)
+    assert code == 0
+    [gone] = [line for line in out.splitlines() if "gone" in line]
+    [kept] = [line for line in out.splitlines() if "kept" in line]
+    assert "expired, reclaimable" in gone and "owner=agent-a" in gone and "ago (since" in gone
+    assert "claimed" in kept and "expired" not in kept and "lease in" in kept
+
+
 def test_tail_follows_events(url: str) -> None:
     invoke("rooms", "create", "contract", "--url", url)
     seed(url)
@@ -104,6 +123,22 @@ def test_tail_follows_events(url: str) -> None:
     assert "#1 room.created" in out and "#2 task.added" in out
     code, out = invoke("tail", "nowhere", "--url", url, "--count", "1")
     assert code == EXIT_NOT_FOUND and "not_found" in out
+
+
+def test_tail_names_each_events_author(url: str) -> None:
+    async def work() -> None:
+        store = await open_store(url)
+        room = await Rooms(store).create("contract")
+        await room.events.post("note", {"n": 1}, author="agent-a")
+        await store.close()
+
+    asyncio.run(work())
+    code, out = invoke("tail", "contract", "--url", url, "--after", "0", "--count", "2")
+    assert code == 0
+    assert out.splitlines() == [
+        '#1 room.created {"room": "contract"}',
+        '#2 note by agent-a {"n": 1}',
+    ]
 
 
 def test_tokens_mint_list_revoke(url: str) -> None:

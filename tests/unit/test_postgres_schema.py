@@ -44,6 +44,7 @@ from agentrooms.store import (
     FenceAtMost,
     Present,
     Put,
+    PutOutcome,
     SetAdd,
     SetRemove,
     Store,
@@ -183,6 +184,8 @@ async def test_reopening_an_up_to_date_schema_writes_no_function(
 
 # The history a schema built by the migrations squashed into the first one records.
 SQUASHED = [(1, "initial"), (2, "sets"), (3, "contention"), (4, "batches"), (5, "purge")]
+# The migrations after the squash, which such a schema then got as every other did.
+SINCE = [(m.version, m.name) for m in MIGRATIONS if m.version > FIRST]
 
 
 async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
@@ -199,7 +202,7 @@ async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
     conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
     try:
         await conn.execute("DELETE FROM schema_migrations")
-        for version, name in [*SQUASHED, (FIRST, "outcomes")]:
+        for version, name in [*SQUASHED, (FIRST, "outcomes"), *SINCE]:
             await conn.execute(QUERIES["record_migration"].sql, version, name)
         await conn.execute(
             "CREATE OR REPLACE FUNCTION trim_log(p_room text, p_before bigint) RETURNS bigint"
@@ -227,10 +230,57 @@ async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
     finally:
         await store.close()
     fresh = await _fresh(postgres_url)
-    assert migrated["migrations"] == [repr(row) for row in [*SQUASHED, (FIRST, "outcomes")]]
+    assert migrated["migrations"] == [repr(row) for row in [*SQUASHED, (FIRST, "outcomes"), *SINCE]]
     for what in CATALOG:
         if what != "migrations":
             assert migrated[what] == fresh[what], what
+
+
+_OLD_ARGS = (  # transact()'s arguments before migration 0007 added p_authors
+    "text, integer[], text[], text[], numeric[], integer[], text[], text[], bigint[], "
+    "integer[], text[], integer[], text[], text[], text[], integer[], text[], text[]"
+)
+
+
+async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
+    postgres_url: str, schema: str
+) -> None:
+    """Migration 0007 on a schema as version 6 left it (no events.author; transact()
+    and transact_recording() without p_authors): its old functions are dropped and
+    replaced, its events read with no author, and it ends with a fresh schema's catalog."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", appends=[Append("old")])
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("ALTER TABLE events DROP COLUMN author")
+        await conn.execute("DELETE FROM schema_migrations WHERE version > 6")
+        await conn.execute("DROP FUNCTION transact_recording")
+        await conn.execute("DROP FUNCTION transact")
+        for name, args in [("transact", _OLD_ARGS), ("transact_recording", _OLD_ARGS + ", text[]")]:
+            await conn.execute(
+                f"CREATE FUNCTION {name}({args}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
+            )
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", writes=[PutOutcome("o", {})], appends=[Append("new", author="a")])
+        await store.transact("r", appends=[Append("newer", author="b")])
+        log = await store.read_log("r")
+        assert [(e.type, e.author) for e in log] == [("old", None), ("new", "a"), ("newer", "b")]
+        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+        try:
+            migrated = await _dump(conn, schema)
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    fresh = await _fresh(postgres_url)
+    for what in CATALOG:
+        assert migrated[what] == fresh[what], what
 
 
 @pytest.mark.parametrize("version", [SQUASHED[2][0], LATEST + 1])

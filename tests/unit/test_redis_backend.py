@@ -210,6 +210,29 @@ async def test_watch_sees_the_sequence_past_a_deleted_or_trimmed_log(
     assert await asyncio.wait_for(waiting, 5) == 4
 
 
+async def test_an_entry_without_an_author_field_reads_as_none(
+    redis_store: RedisStore, raw: aredis.Redis
+) -> None:
+    """Entries written before authors were stored have no ``a`` field: they read back
+    with no author, next to new entries that have one; an unnamed author adds no field."""
+    room = _room()
+    keys = room_keys(redis_store.prefix, room)
+    await raw.xadd(keys.log, {"t": "old", "d": "1", "ms": "1000"}, id="1-0")
+    await raw.hset(keys.meta, "seq", 1)
+    await redis_store.transact(room, appends=[Append("new", 2, author="ann"), Append("anon")])
+    events = await redis_store.read_log(room)
+    assert [(e.seq, e.type, e.data, e.author) for e in events] == [
+        (1, "old", 1, None),
+        (2, "new", 2, "ann"),
+        (3, "anon", None, None),
+    ]
+    entries = await raw.xrange(keys.log)
+    assert [sorted(_text(f) for f in fields or {}) for _, fields in entries or []][1:] == [
+        ["a", "d", "ms", "t"],
+        ["d", "ms", "t"],
+    ]
+
+
 async def test_delete_room_leaves_only_the_counters(
     redis_store: RedisStore, raw: aredis.Redis
 ) -> None:

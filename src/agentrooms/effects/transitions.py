@@ -34,7 +34,7 @@ class Skip(Exception):
 
 def _event(kind: str, effect: Effect, by: str | None, **extra: JSON) -> Append:
     data = {"effect": effect.id, "kind": effect.kind, "fence": effect.fence, "by": by, **extra}
-    return Append(f"effect.{kind}", data)
+    return Append(f"effect.{kind}", data, by)
 
 
 def _put(effect: Effect) -> Put:

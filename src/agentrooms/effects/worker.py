@@ -163,7 +163,8 @@ class Worker:
         except StaleFence:
             data = {"effect": effect.id, "by": self.name, "fence": effect.fence}
             with contextlib.suppress(Exception):
-                await self.outbox.scope.transact(appends=[Append("effect.fenced", data)])
+                fenced = Append("effect.fenced", data, self.name)
+                await self.outbox.scope.transact(appends=[fenced])
             raise
         recorded = effect_after(result, effect.id)
         assert recorded is not None

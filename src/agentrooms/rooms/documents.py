@@ -86,6 +86,7 @@ class Documents:
         fence: FenceAtMost | None = None,
         event: bool = True,
         command_id: str | None = None,
+        author: str | None = None,
     ) -> Document:
         """Write the document. ``if_match``: only if its version is still that one
         (``VersionConflict`` naming the current version otherwise); ``create_only``:
@@ -94,7 +95,8 @@ class Documents:
         lease or lock is current (``StaleFence``). Without either condition the write is
         unconditional. Appends ``doc.written`` to the room's log unless ``event=False``.
         With ``command_id``, a repeated call returns the document as the first call wrote
-        it (that version), whatever was written since, and writes nothing."""
+        it (that version), whatever was written since, and writes nothing. ``author``: the
+        agent writing, the author of the event."""
         key = keys.doc(check_doc_name(name))
         if (if_match is not None) + create_only + must_exist > 1:
             raise BadRequest("if_match, create_only and must_exist exclude each other")
@@ -107,7 +109,7 @@ class Documents:
             compares.append(Present(key))
         if fence is not None:
             compares.append(fence)
-        appends = [Append("doc.written", {"doc": name})] if event else []
+        appends = [Append("doc.written", {"doc": name}, author)] if event else []
         if command_id is None:
             done = await self._scope.transact(compares, [Put(key, value)], appends)
             return Document(name, value, done.versions[key])
@@ -136,11 +138,17 @@ class Documents:
         return Document(name, value, result.versions[key])
 
     async def delete(
-        self, name: str, *, if_match: int | None = None, must_exist: bool = False
+        self,
+        name: str,
+        *,
+        if_match: int | None = None,
+        must_exist: bool = False,
+        author: str | None = None,
     ) -> None:
         """Delete the document: only at version ``if_match`` if given (``VersionConflict``
         naming the current one otherwise), or, with ``must_exist``, whatever its version.
-        ``NotFound`` if a condition was given and it does not exist."""
+        ``NotFound`` if a condition was given and it does not exist. ``author``: the agent
+        deleting, the author of the ``doc.deleted`` event."""
         key = keys.doc(check_doc_name(name))
         if if_match is not None and must_exist:
             raise BadRequest("if_match and must_exist exclude each other")
@@ -149,7 +157,7 @@ class Documents:
             compares.append(Present(key))
         try:
             await self._scope.transact(
-                compares, [Delete(key)], [Append("doc.deleted", {"doc": name})]
+                compares, [Delete(key)], [Append("doc.deleted", {"doc": name}, author)]
             )
         except VersionConflict as exc:
             if exc.conflicts.get(key, 0) is None:

@@ -38,15 +38,26 @@ class Events:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
 
-    async def post(self, type: str, data: JSON = None, *, command_id: str | None = None) -> int:
-        """Append an event; returns its sequence number. With ``command_id`` a retried
+    async def post(
+        self,
+        type: str,
+        data: JSON = None,
+        *,
+        command_id: str | None = None,
+        author: str | None = None,
+    ) -> int:
+        """Append an event; returns its sequence number. ``author``: the agent posting
+        it, stored with the event (:attr:`Event.author`). With ``command_id`` a retried
         post appends nothing and returns the sequence number the first one got."""
         keys.check_name(type, "event type")
+        if author is not None:
+            keys.check_name(author, "author")
+        event = Append(type, data, author)
         if command_id is None:
-            return (await self._scope.transact(appends=[Append(type, data)])).seqs[0]
+            return (await self._scope.transact(appends=[event])).seqs[0]
 
         def append(view: View, _: JSON) -> Change:
-            return Change(appends=[Append(type, data)])
+            return Change(appends=[event])
 
         result = await self._scope.commit(append, [type, data], command_id=command_id)
         return result.seqs[0]

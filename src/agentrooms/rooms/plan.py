@@ -7,7 +7,12 @@ different tasks, and the cost does not grow with the plan), then claims one with
 conditional write that compares the task's and its dependencies' versions.
 
 A claim grants a lease (``expires_at`` by the store's clock) and a fencing token that
-increases with every grant of the task and is never reused. ``renew``, ``complete`` and
+increases with every grant of the task and is never reused. The task records when its
+lease was granted and last renewed (``lease_granted_at``, ``lease_renewed_at``: the
+store time the claim or renewal decided on, from which ``lease_expires`` counts). A task
+read through this module also says what its lease is as of the read's store time
+(``lease_state``, ``lease_remaining``): a claimed task whose lease ran out is
+``"expired, reclaimable"`` (``claim_next`` hands it out), not held. ``renew``, ``complete`` and
 ``fail`` take the lease; a holder whose token is no longer the task's current one gets
 ``StaleFence`` and its result is never recorded. Any other write can be fenced by the
 task with ``FenceAtMost(task_key, lease.fence)`` (:meth:`Lease.guard`).
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -57,6 +63,9 @@ FIRST_PICK = 1  # candidates drawn first: each drawn one costs the store a write
 # mark), and the fair pick hands concurrent claimers different candidates, so the first
 # is claimable unless the ready set is nearly empty or another claimer raced for it
 MAX_BATCH = 1000  # tasks per add (each takes about four store operations)
+LEASE_HELD = "held"
+LEASE_EXPIRED = "expired, reclaimable"
+LEASE_EXPIRED_LAST = "expired, last attempt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,22 +95,51 @@ class Task:
     max_attempts: int = 3
     fence: int = 0
     lease_expires: float | None = None
+    lease_granted_at: float | None = None  # store clock: the claim that granted the lease
+    lease_renewed_at: float | None = None  # store clock: its last renewal (None: never)
     version: int = 0
+    # As of the read's store time, not stored (and not compared): for a claimed task
+    # LEASE_HELD, LEASE_EXPIRED (claim_next reclaims it) or LEASE_EXPIRED_LAST (its
+    # attempts are used up: the next claim fails it); None for a task not claimed. And
+    # the seconds left on the lease (0 once expired; None when not claimed).
+    lease_state: str | None = field(default=None, compare=False)
+    lease_remaining: float | None = field(default=None, compare=False)
 
     @classmethod
-    def from_value(cls, value: dict[str, Any], version: int) -> Task:
-        return cls(**value, version=version)
+    def from_value(cls, value: dict[str, Any], version: int, now: float | None = None) -> Task:
+        """The task a stored value holds; with ``now`` (the read's store time) its
+        ``lease_state`` and ``lease_remaining`` as of then."""
+        task = cls(**value, version=version)
+        if now is None or task.status != CLAIMED:
+            return task
+        remaining = max(0.0, (task.lease_expires or 0.0) - now)
+        if remaining > 0:
+            state = LEASE_HELD
+        else:
+            state = LEASE_EXPIRED if task.attempts < task.max_attempts else LEASE_EXPIRED_LAST
+        return dataclasses.replace(task, lease_state=state, lease_remaining=remaining)
+
+    @property
+    def state(self) -> str:
+        """What to show: the status, except ``lease_state`` for a claimed task whose
+        lease expired as of the read."""
+        if self.lease_state in (LEASE_EXPIRED, LEASE_EXPIRED_LAST):
+            return self.lease_state
+        return self.status
 
     def to_value(self) -> dict[str, Any]:
-        """The stored value: every field but ``version``, copied one level deep (values
-        are immutable here, and the store serializes what it is given)."""
+        """The stored value: every field but ``version`` and the read-time ``lease_state``
+        and ``lease_remaining``, copied one level deep (values are immutable here, and the
+        store serializes what it is given)."""
         return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     def replace(self, **changes: Any) -> Task:
         return Task.from_value({**self.to_value(), **changes}, self.version)
 
 
-_TASK_FIELDS = tuple(f.name for f in fields(Task) if f.name != "version")
+_TASK_FIELDS = tuple(
+    f.name for f in fields(Task) if f.name not in ("version", "lease_state", "lease_remaining")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +152,7 @@ class Lease:
     fence: int
     expires_at: float  # store clock
     ttl: float = DEFAULT_LEASE
+    granted_at: float | None = None  # store clock: the claim that granted it
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this lease's token is current."""
@@ -149,7 +188,7 @@ def _check_ttl(ttl: object) -> float:
 
 def _task(view: View, task_id: str) -> Task | None:
     record = view.record(keys.task(task_id))
-    return None if record is None else Task.from_value(record.value, record.version)
+    return None if record is None else Task.from_value(record.value, record.version, view.now)
 
 
 def validate_specs(specs: Sequence[TaskSpec]) -> None:
@@ -204,10 +243,11 @@ class Plan:
 
     async def get(self, task_id: str) -> Task:
         key = keys.task(keys.check_name(task_id, "task id"))
-        record = (await self._scope.read([key])).get(key)
+        snap = await self._scope.read([key])
+        record = snap.get(key)
         if record is None:
             raise NotFound(f"no task {task_id!r} in room {self.room!r}")
-        return Task.from_value(record.value, record.version)
+        return Task.from_value(record.value, record.version, snap.now)
 
     async def tasks(self, status: str | None = None) -> list[Task]:
         """Every task in id order (optionally only those with ``status``)."""
@@ -216,7 +256,7 @@ class Plan:
         after: str | None = None
         while True:
             page = await self._scope.store.scan(self.room, "task/", after, 1000)
-            out += [Task.from_value(r.value, r.version) for r in page.records]
+            out += [Task.from_value(r.value, r.version, page.now) for r in page.records]
             if page.next_after is None:
                 break
             after = page.next_after
@@ -227,10 +267,17 @@ class Plan:
 
     # ------------------------------------------------------------------- adding
 
-    async def add(self, specs: Iterable[TaskSpec], *, command_id: str | None = None) -> list[str]:
+    async def add(
+        self,
+        specs: Iterable[TaskSpec],
+        *,
+        command_id: str | None = None,
+        author: str | None = None,
+    ) -> list[str]:
         """Add tasks atomically. A cycle, a missing dependency or an existing id raises
         (``BadRequest`` / ``InvalidTransition``, naming the path) and adds nothing.
-        Returns the ids that are ready at once."""
+        Returns the ids that are ready at once. ``author``: the agent adding them, the
+        author of the ``task.added`` events."""
         batch = list(specs)
         if not batch:
             return []
@@ -242,7 +289,10 @@ class Plan:
         read = [keys.task(s.id) for s in batch] + [keys.task(d) for d in external]
         event = [[s.id, s.title, s.payload, list(s.deps), s.max_attempts] for s in batch]
         result = await self._scope.commit(
-            lambda view, _: _add(view, batch, external), event, read, command_id=command_id
+            lambda view, _: _add(view, batch, external, author),
+            event,
+            read,
+            command_id=command_id,
         )
         ready: list[str] = result.result
         return ready
@@ -371,15 +421,17 @@ class Plan:
         def renew(view: View, _: None) -> Change:
             task = _held(view, lease)
             expires = view.now + ttl
+            renewed = task.replace(lease_expires=expires, lease_renewed_at=view.now)
             return Change(
-                writes=[Put(keys.task(task.id), task.replace(lease_expires=expires).to_value())],
-                appends=[Append("lease.renewed", _lease_data(lease, expires))],
-                result=expires,
+                writes=[Put(keys.task(task.id), renewed.to_value())],
+                appends=[Append("lease.renewed", _lease_data(lease, expires), lease.agent)],
+                result={"expires_at": expires, "granted_at": task.lease_granted_at},
             )
 
         event = {"op": "renew", **_lease_data(lease), "ttl": ttl}
-        expires: float = (await self._holder_commit(renew, lease, event, command_id)).result
-        return Lease(lease.room, lease.task_id, lease.agent, lease.fence, expires, ttl)
+        done = (await self._holder_commit(renew, lease, event, command_id)).result
+        expires, granted = done["expires_at"], done["granted_at"]
+        return Lease(lease.room, lease.task_id, lease.agent, lease.fence, expires, ttl, granted)
 
     async def complete(
         self, lease: Lease, result: JSON = None, *, command_id: str | None = None
@@ -403,12 +455,18 @@ class Plan:
         return _task_after(failed, lease.task_id)
 
     async def cancel(
-        self, task_id: str, reason: JSON = None, *, command_id: str | None = None
+        self,
+        task_id: str,
+        reason: JSON = None,
+        *,
+        command_id: str | None = None,
+        author: str | None = None,
     ) -> Task:
-        """Cancel a task that is not finished; its holder's token becomes stale."""
+        """Cancel a task that is not finished; its holder's token becomes stale.
+        ``author``: the agent cancelling it, the author of the ``task.cancelled`` event."""
         keys.check_name(task_id, "task id")
         result = await self._scope.commit(
-            lambda view, _: _cancel(view, task_id, reason),
+            lambda view, _: _cancel(view, task_id, reason, author),
             {"op": "cancel", "task": task_id, "reason": reason},
             [keys.task(task_id)],
             command_id=command_id,
@@ -430,7 +488,8 @@ class Plan:
             )
         except StaleFence:
             with contextlib.suppress(Exception):
-                await self._scope.transact(appends=[Append("lease.lost", _lease_data(lease))])
+                lost = Append("lease.lost", _lease_data(lease), lease.agent)
+                await self._scope.transact(appends=[lost])
             raise
 
     @contextlib.asynccontextmanager
@@ -478,7 +537,7 @@ class Plan:
 # ------------------------------------------------------------------ transitions (pure)
 
 
-def _add(view: View, batch: list[TaskSpec], external: list[str]) -> Change:
+def _add(view: View, batch: list[TaskSpec], external: list[str], author: str | None) -> Change:
     for spec in batch:
         if view.exists(keys.task(spec.id)):
             raise InvalidTransition(f"task {spec.id!r} already exists")
@@ -523,7 +582,7 @@ def _add(view: View, batch: list[TaskSpec], external: list[str]) -> Change:
         if status == READY:
             writes.append(SetAdd(keys.READY, spec.id))
             ready.append(spec.id)
-        appends.append(Append("task.added", {"task": spec.id, "status": status}))
+        appends.append(Append("task.added", {"task": spec.id, "status": status}, author))
     return Change(writes=writes, appends=appends, result=ready)
 
 
@@ -565,7 +624,7 @@ def _claim(
     writes: list[Write] = []
     if expired:
         lapsed = {"task": task_id, "agent": task.owner, "fence": task.fence}
-        appends.append(Append("lease.expired", lapsed))
+        appends.append(Append("lease.expired", lapsed, agent))
         if task.attempts >= task.max_attempts:
             if not repair:  # a state change of its own: leave it to a claim without a command id
                 raise _Skip
@@ -573,6 +632,8 @@ def _claim(
                 status=FAILED,
                 owner=None,
                 lease_expires=None,
+                lease_granted_at=None,
+                lease_renewed_at=None,
                 error="lease expired on the last attempt",
             )
             return Change(
@@ -580,29 +641,50 @@ def _claim(
                     Put(keys.task(task_id), failed.to_value()),
                     SetRemove(keys.LEASED, task_id),
                 ],
-                appends=[*appends, Append("task.failed", {"task": task_id, "terminal": True})],
+                appends=[
+                    *appends,
+                    Append("task.failed", {"task": task_id, "terminal": True}, agent),
+                ],
             )
     fence = task.fence + 1
     expires = view.now + ttl
     claimed = task.replace(
-        status=CLAIMED, owner=agent, fence=fence, attempts=task.attempts + 1, lease_expires=expires
+        status=CLAIMED,
+        owner=agent,
+        fence=fence,
+        attempts=task.attempts + 1,
+        lease_expires=expires,
+        lease_granted_at=view.now,
+        lease_renewed_at=None,
     )
     writes += [
         Put(keys.task(task_id), claimed.to_value()),
         SetRemove(keys.READY, task_id),
         SetAdd(keys.LEASED, task_id),
     ]
-    lease = {"task_id": task_id, "agent": agent, "fence": fence, "expires_at": expires, "ttl": ttl}
+    lease = {
+        "task_id": task_id,
+        "agent": agent,
+        "fence": fence,
+        "expires_at": expires,
+        "ttl": ttl,
+        "granted_at": view.now,
+    }
     kind = "lease.reclaimed" if expired else "lease.granted"
-    appends.append(
-        Append(kind, {"task": task_id, "agent": agent, "fence": fence, "expires_at": expires})
-    )
+    data = {"task": task_id, "agent": agent, "fence": fence, "expires_at": expires}
+    appends.append(Append(kind, data, agent))
     return Change(writes=writes, appends=appends, result=lease)
 
 
 def _lease_from(room: str, data: dict[str, Any]) -> Lease:
     return Lease(
-        room, data["task_id"], data["agent"], data["fence"], data["expires_at"], data["ttl"]
+        room,
+        data["task_id"],
+        data["agent"],
+        data["fence"],
+        data["expires_at"],
+        data["ttl"],
+        data.get("granted_at"),  # absent from a lease recorded before it was kept
     )
 
 
@@ -634,13 +716,19 @@ def _held(view: View, lease: Lease) -> Task:
 
 def _complete(view: View, lease: Lease, result: JSON) -> Change:
     task = _held(view, lease)
-    done = task.replace(status=DONE, result=result, lease_expires=None)
+    done = task.replace(
+        status=DONE, result=result, lease_expires=None, lease_granted_at=None, lease_renewed_at=None
+    )
     writes: list[Write] = [
         Put(keys.task(task.id), done.to_value()),
         SetRemove(keys.LEASED, task.id),
     ]
     appends = [
-        Append("task.completed", {"task": task.id, "agent": lease.agent, "fence": lease.fence})
+        Append(
+            "task.completed",
+            {"task": task.id, "agent": lease.agent, "fence": lease.fence},
+            lease.agent,
+        )
     ]
     for dependent_id in task.dependents:
         dependent = _task(view, dependent_id)
@@ -654,7 +742,7 @@ def _complete(view: View, lease: Lease, result: JSON) -> Change:
         writes.append(Put(keys.task(dependent_id), changed.to_value()))
         if becomes_ready:
             writes.append(SetAdd(keys.READY, dependent_id))
-            appends.append(Append("task.ready", {"task": dependent_id}))
+            appends.append(Append("task.ready", {"task": dependent_id}, lease.agent))
     return Change(writes=writes, appends=appends, result=done.to_value())
 
 
@@ -662,7 +750,12 @@ def _fail(view: View, lease: Lease, error: JSON) -> Change:
     task = _held(view, lease)
     terminal = task.attempts >= task.max_attempts
     after = task.replace(
-        status=FAILED if terminal else READY, owner=None, lease_expires=None, error=error
+        status=FAILED if terminal else READY,
+        owner=None,
+        lease_expires=None,
+        lease_granted_at=None,
+        lease_renewed_at=None,
+        error=error,
     )
     writes: list[Write] = [
         Put(keys.task(task.id), after.to_value()),
@@ -677,17 +770,23 @@ def _fail(view: View, lease: Lease, error: JSON) -> Change:
         "terminal": terminal,
         "attempts": task.attempts,
     }
-    return Change(writes=writes, appends=[Append("task.failed", data)], result=after.to_value())
+    failed = Append("task.failed", data, lease.agent)
+    return Change(writes=writes, appends=[failed], result=after.to_value())
 
 
-def _cancel(view: View, task_id: str, reason: JSON) -> Change:
+def _cancel(view: View, task_id: str, reason: JSON, author: str | None) -> Change:
     task = _task(view, task_id)
     if task is None:
         raise NotFound(f"no task {task_id!r}")
     if task.status in TERMINAL:
         raise InvalidTransition(f"task {task_id!r} is already {task.status}")
     cancelled = task.replace(
-        status=CANCELLED, fence=task.fence + 1, lease_expires=None, error=reason
+        status=CANCELLED,
+        fence=task.fence + 1,
+        lease_expires=None,
+        lease_granted_at=None,
+        lease_renewed_at=None,
+        error=reason,
     )
     return Change(
         writes=[
@@ -695,6 +794,6 @@ def _cancel(view: View, task_id: str, reason: JSON) -> Change:
             SetRemove(keys.READY, task_id),
             SetRemove(keys.LEASED, task_id),
         ],
-        appends=[Append("task.cancelled", {"task": task_id, "reason": reason})],
+        appends=[Append("task.cancelled", {"task": task_id, "reason": reason}, author)],
         result=cancelled.to_value(),
     )

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agentrooms.rooms import Document, Lease, LockInfo, Member, RoomInfo, Task
+from agentrooms.rooms.locks import WaiterInfo
 from agentrooms.store.types import Event
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -97,11 +98,30 @@ class TaskOut(BaseModel):
     max_attempts: int
     fence: int
     lease_expires: float | None
+    lease_granted_at: float | None = Field(description="store clock: the claim of this lease")
+    lease_renewed_at: float | None = Field(description="store clock: its last renewal, if any")
     version: int
+    lease_state: Literal["held", "expired, reclaimable", "expired, last attempt"] | None = Field(
+        description="a claimed task's lease as of the read's store time (null: not claimed)"
+    )
+    lease_remaining: float | None = Field(
+        description="seconds left on the lease as of the read (0: expired; null: not claimed)"
+    )
+    state: str = Field(
+        description="what to show: the status, or lease_state once the lease has expired"
+    )
 
     @classmethod
     def of(cls, task: Task) -> TaskOut:
-        return cls.model_validate({**task.to_value(), "version": task.version})
+        return cls.model_validate(
+            {
+                **task.to_value(),
+                "version": task.version,
+                "lease_state": task.lease_state,
+                "lease_remaining": task.lease_remaining,
+                "state": task.state,
+            }
+        )
 
 
 class TaskList(BaseModel):
@@ -120,6 +140,7 @@ class LeaseOut(BaseModel):
     fence: int
     expires_at: float
     ttl: float
+    granted_at: float | None = Field(description="store clock: the claim that granted it")
 
     @classmethod
     def of(cls, lease: Lease) -> LeaseOut:
@@ -130,6 +151,7 @@ class LeaseOut(BaseModel):
             fence=lease.fence,
             expires_at=lease.expires_at,
             ttl=lease.ttl,
+            granted_at=lease.granted_at,
         )
 
 
@@ -144,6 +166,9 @@ class LeaseIn(In):
     agent: Name | None = Field(default=None, description="must be the token's agent when given")
     fence: Count
     expires_at: float = Field(default=0.0, ge=0, le=1e12, description="as the claim returned it")
+    granted_at: float | None = Field(
+        default=None, ge=0, le=1e12, description="as the claim returned it (not checked)"
+    )
     room: Name | None = Field(default=None, description="must be the path's room when given")
     ttl: Seconds | None = Field(default=None, description="renew: the new lease length")
 
@@ -207,10 +232,15 @@ class EventOut(BaseModel):
     type: str
     data: JsonValue
     time: float
+    author: str | None = Field(
+        description="the agent that appended it: for a post, the token's (null: none named)"
+    )
 
     @classmethod
     def of(cls, event: Event) -> EventOut:
-        return cls(seq=event.seq, type=event.type, data=event.data, time=event.time)
+        return cls(
+            seq=event.seq, type=event.type, data=event.data, time=event.time, author=event.author
+        )
 
 
 class EventList(BaseModel):
@@ -275,6 +305,8 @@ class LockOut(BaseModel):
     fence: int
     expires_at: float
     ttl: float
+    granted_at: float | None = Field(description="store clock: the write that granted it")
+    renewed_at: float | None = Field(description="store clock: its last extend, if any")
 
 
 class LockRef(In):
@@ -300,15 +332,42 @@ class HolderOut(BaseModel):
     owner: str
     fence: int
     expires_at: float | None
+    granted_at: float | None = Field(description="store clock: the write that granted it")
+    renewed_at: float | None = Field(description="store clock: its last extend, if any")
 
     @classmethod
     def of(cls, info: LockInfo) -> HolderOut:
-        return cls(owner=info.owner, fence=info.fence, expires_at=info.expires_at)
+        return cls(
+            owner=info.owner,
+            fence=info.fence,
+            expires_at=info.expires_at,
+            granted_at=info.granted_at,
+            renewed_at=info.renewed_at,
+        )
+
+
+class WaiterOut(BaseModel):
+    waiter: str
+    owner: str
+    ticket: int = Field(description="place in line: lower goes first")
+    joined_at: float | None = Field(description="store clock: when it joined the line")
+    expires_at: float | None
+
+    @classmethod
+    def of(cls, info: WaiterInfo) -> WaiterOut:
+        return cls(
+            waiter=info.waiter,
+            owner=info.owner,
+            ticket=info.ticket,
+            joined_at=info.joined_at,
+            expires_at=info.expires_at,
+        )
 
 
 class LockState(BaseModel):
     name: str
-    holder: HolderOut | None
+    holder: HolderOut | None = Field(description="null: free (an expired grant holds nothing)")
+    waiters: list[WaiterOut] = Field(description="the agents in line, first in line first")
 
 
 # ---------------------------------------------------------------------------- health

@@ -90,7 +90,8 @@ class _Set:
 class _Room:
     rows: dict[str, _Row] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # sorted, for scan
-    log: list[tuple[int, str, str, int]] = field(default_factory=list)  # seq, type, data, ms
+    # seq, type, data, ms, author
+    log: list[tuple[int, str, str, int, str | None]] = field(default_factory=list)
     seq: int = 0
     low: int = 1  # first sequence number not trimmed
     sets: dict[str, _Set] = field(default_factory=dict)
@@ -191,7 +192,7 @@ class MemoryStore(Store):
         seqs = []
         for a in ops.appends:
             state.seq += 1
-            state.log.append((state.seq, a.type, a.data_json, now_ms))
+            state.log.append((state.seq, a.type, a.data_json, now_ms, a.author))
             seqs.append(state.seq)
         for w in ops.writes:
             if w.outcome:
@@ -231,8 +232,8 @@ class MemoryStore(Store):
         # log[i] holds seq = state.low + i
         begin = max(0, after + 1 - state.low)
         return [
-            Event(seq, kind, decode_json(data), ms / 1000.0)
-            for seq, kind, data, ms in state.log[begin : begin + limit]
+            Event(seq, kind, decode_json(data), ms / 1000.0, author)
+            for seq, kind, data, ms, author in state.log[begin : begin + limit]
         ]
 
     async def _trim_log(self, room: str, before: int) -> int:

@@ -76,12 +76,14 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One entry of a room's log."""
+    """One entry of a room's log: ``author`` is the agent that appended it, as the
+    append named it (``None``: it named none)."""
 
     seq: int
     type: str
     data: JSON
     time: float  # store-clock seconds when it was appended
+    author: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +199,13 @@ Write: TypeAlias = Put | Delete | SetAdd | SetRemove
 
 @dataclass(frozen=True, slots=True)
 class Append:
-    """Append an event to the room's log; the store gives it its sequence number."""
+    """Append an event to the room's log; the store gives it its sequence number.
+    ``author`` (an agent name, or ``None``) is stored with it and read back as
+    :attr:`Event.author`."""
 
     type: str
     data: JSON = None
+    author: str | None = None
 
 
 # ------------------------------------------------------------- prepared (backend) forms
@@ -227,6 +232,7 @@ class PreparedSetOp:
 class PreparedAppend:
     type: str
     data_json: str
+    author: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +253,7 @@ class Limits:
     max_key_bytes: int = 1024
     max_value_bytes: int = 4 * 1024 * 1024
     max_event_type_bytes: int = 200
+    max_author_bytes: int = 200
     max_ops: int = 5000  # compares + writes + appends in one transact
     max_page: int = 10_000
 

@@ -174,9 +174,11 @@ def prepare_transact(
         if not isinstance(a, Append):
             raise BadRequest(f"not an append: {a!r}")
         kind = _check_name(a.type, "event type", limits.max_event_type_bytes)
-        events.append(
-            PreparedAppend(kind, encode_json(a.data, "event data", limits.max_value_bytes))
-        )
+        author = None
+        if a.author is not None:
+            author = _check_name(a.author, "event author", limits.max_author_bytes)
+        data = encode_json(a.data, "event data", limits.max_value_bytes)
+        events.append(PreparedAppend(kind, data, author))
     return Prepared(cmp_list, prepared, events, set_ops)
 
 

@@ -64,7 +64,7 @@ class _Step:
         by = {"by": self.lock.owner, "fence": self.lock.fence}
         return Change(
             writes=[*writes, Put(self.q.cursor, moved)],
-            appends=[*appends, Append(f"wq.{kind}", {**head, **data, **by})],
+            appends=[*appends, Append(f"wq.{kind}", {**head, **data, **by}, self.lock.owner)],
             requires=[self.lock.guard()],
             result={"status": kind, "at": view.now},
         )
@@ -116,7 +116,7 @@ def _count_failure(view: View, _: None, *, step: _Step, error: Exception) -> Cha
     data = {"queue": step.q.name, "id": step.id, "failures": failures, "error": _error(error)}
     return Change(
         writes=[Put(step.item, {**item, "failures": failures, "last_error": _error(error)})],
-        appends=[Append("wq.failed", data)],
+        appends=[Append("wq.failed", data, step.lock.owner)],
         requires=[step.lock.guard()],
         result=failures,
     )

@@ -16,7 +16,7 @@ Why it is built this way: docs/why-locks.md.
 from agentrooms.rooms.locks.core import LockCore
 from agentrooms.rooms.locks.knowledge import Knowledge, ProcessKnowledge, knowledge_of
 from agentrooms.rooms.locks.queue import Locks
-from agentrooms.rooms.locks.records import DEFAULT_TTL, READ, Lock, LockInfo
+from agentrooms.rooms.locks.records import DEFAULT_TTL, READ, Lock, LockInfo, WaiterInfo
 
 __all__ = [
     "DEFAULT_TTL",
@@ -27,5 +27,6 @@ __all__ = [
     "LockInfo",
     "Locks",
     "ProcessKnowledge",
+    "WaiterInfo",
     "knowledge_of",
 ]

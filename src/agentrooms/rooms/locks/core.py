@@ -31,6 +31,7 @@ from agentrooms.rooms.locks.records import (
     acquiring,
     check_read,
     check_ttl,
+    grant_times,
     grant_writes,
     handed,
     holder_value,
@@ -62,6 +63,7 @@ class LockCore:
         self._known = knowledge if knowledge is not None else Knowledge()
 
     def _lock(self, name: str, value: dict[str, Any], expires_at: float) -> Lock:
+        granted_at, renewed_at = grant_times(value, expires_at)
         return Lock(
             self._scope.room,
             name,
@@ -70,6 +72,8 @@ class LockCore:
             value["fence"],
             expires_at,
             value["ttl"],
+            granted_at=granted_at,
+            renewed_at=renewed_at,
         )
 
     # ----------------------------------------------------------------------- taking
@@ -179,7 +183,7 @@ class LockCore:
             if held is not None:
                 found[:] = [(fence, local_time(held.expires_at, view.now))]
                 raise LockHeld(name, held.value["owner"])
-            holder = claim.holder(fence + 1)
+            holder = claim.holder(fence + 1, view.now)
             writes = [*grant_writes(name, holder), mark(name)]
             if queued is not None and view.exists(queued):
                 writes.append(Delete(queued))
@@ -221,11 +225,11 @@ class LockCore:
 
     async def _let_go(
         self, lock: Lock, writes: list[Write], rejoin: Put | None = None
-    ) -> int | None:
+    ) -> tuple[int, float] | None:
         """Release ``lock`` (``StaleFence`` if it is no longer the current grant) with
         ``writes``, handing it to the head of the line. ``rejoin``, the releaser's queue
-        entry, goes in line with a handoff: its ticket (``None``: nobody was in line,
-        the lock is free and the entry was not written)."""
+        entry, goes in line with a handoff: its ticket and the store time it joined
+        (``None``: nobody was in line, the lock is free and the entry was not written)."""
         # A grant of the free lock whose mark is unchanged: nobody joined, free it without
         # reading the line (the write compares the mark). Else the line's front, looked up.
         extra: list[Compare] = []
@@ -253,7 +257,7 @@ class LockCore:
                 self._known.released(lock, None)
                 return None
             self._known.released(lock, line.head.value["ttl"])
-            return None if rejoin is None else done.versions[rejoin.key]
+            return None if rejoin is None else (done.versions[rejoin.key], done.now)
 
     async def _release(
         self,
@@ -274,9 +278,9 @@ class LockCore:
             done = await self._scope.transact(
                 [mine, *compares],
                 [*writes, Delete(keys.lock(lock.name))],
-                [Append("lock.released", data)],
+                [Append("lock.released", data, lock.owner)],
             )
-            self._tell(Event(done.seqs[0], "lock.released", data, done.now))
+            self._tell(Event(done.seqs[0], "lock.released", data, done.now, lock.owner))
             return done
         nxt = head.value
         # While ``mine`` holds, the counter is at our token: the next one is ours + 1.
@@ -300,9 +304,9 @@ class LockCore:
                 Delete(head.key),
                 *([rejoin] if rejoin else []),
             ],
-            [Append("lock.handoff", data)],
+            [Append("lock.handoff", data, lock.owner)],
         )
-        self._tell(Event(done.seqs[0], "lock.handoff", data, done.now))
+        self._tell(Event(done.seqs[0], "lock.handoff", data, done.now, lock.owner))
         return done
 
     def _tell(self, event: Event) -> None:
@@ -316,25 +320,33 @@ class LockCore:
         """Extend a lock still held by this grant (its token is on the holder record);
         ``StaleFence`` if it expired or changed hands."""
         length = check_ttl(ttl if ttl is not None else lock.ttl)
-        holder = holder_value(lock.owner, lock.token, lock.fence, length)
 
         def extend(view: View, _: None) -> Change:
-            held = view.get(keys.lock(lock.name))
+            record = view.record(keys.lock(lock.name))
+            held = None if record is None else record.value
             if held is None or held["token"] != lock.token or held["fence"] != lock.fence:
                 current = None if held is None else held["fence"]
                 raise StaleFence(keys.lock(lock.name), lock.fence, current)
+            assert record is not None
+            granted_at = grant_times(held, record.expires_at)[0]
+            holder = holder_value(lock.owner, lock.token, lock.fence, length, granted_at, view.now)
             return Change(
                 writes=[Put(keys.lock(lock.name), holder, ttl=length)],
-                result=view.now + length,
+                result={"holder": holder, "now": view.now},
             )
 
         done = await self._scope.commit(extend, None, [keys.lock(lock.name)])
         self._known.extended(lock, time.monotonic() + length)
-        return self._lock(lock.name, holder, done.result)
+        return self._lock(lock.name, done.result["holder"], done.result["now"] + length)
 
     async def holder(self, name: str) -> LockInfo | None:
+        """The lock's holder, ``None`` if it is free (an expired grant holds nothing)."""
         keys.check_name(name, "lock name")
         record = (await self._scope.read([keys.lock(name)])).get(keys.lock(name))
         if record is None:
             return None
-        return LockInfo(name, record.value["owner"], record.value["fence"], record.expires_at)
+        value = record.value
+        granted_at, renewed_at = grant_times(value, record.expires_at)
+        return LockInfo(
+            name, value["owner"], value["fence"], record.expires_at, granted_at, renewed_at
+        )

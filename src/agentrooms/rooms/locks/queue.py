@@ -1,7 +1,8 @@
 """The queue on top of the lock core: FIFO waiting, handoff, ``requeue`` and ``hold``.
 
 A waiter puts its entry ``lockq/<name>/<waiter>`` (refreshed every :data:`WAITER_TTL` / 3,
-so a dead waiter drops out) and waits on the room's log. A release hands the lock to the
+so a dead waiter drops out; it keeps the store time it joined the line) and waits on the
+room's log. A release hands the lock to the
 head of the line in the same atomic write and appends a ``lock.handoff`` event naming the
 waiter, which wakes only that waiter; a ``lock.released`` or a lease that ran out wakes
 every waiter of the lock to read it. ``requeue`` releases and puts the releaser back in
@@ -28,6 +29,7 @@ from agentrooms.rooms.locks.records import (
     DEFAULT_TTL,
     Claim,
     Lock,
+    WaiterInfo,
     acquiring,
     check_read,
     check_ttl,
@@ -36,7 +38,7 @@ from agentrooms.rooms.locks.records import (
     mark,
     new_claim,
 )
-from agentrooms.store.types import Delete, Event, Present, Put, Write
+from agentrooms.store.types import Delete, Event, Present, Put, Record, Write
 
 WAITER_TTL = 15.0  # a queued waiter refreshes its entry every WAITER_TTL / 3
 EXPIRY_SLACK = 0.01  # seconds past a holder's expiry before a waiter looks again
@@ -59,11 +61,39 @@ class _Waiter:
 
 
 _Join = Callable[[_Waiter], Awaitable[Lock | int]]
-"""Gets a waiter in line: the lock (taken free, or handed back), or the waiter's ticket."""
+"""Gets a waiter in line: the lock (taken free, or handed back), or the waiter's ticket
+(having set the entry's ``joined_at``)."""
+
+
+def _waiter_info(queue: str, record: Record) -> WaiterInfo:
+    """A line entry as read. Before its first refresh an entry may lack ``joined_at``
+    (the write that put it in line could not know its own store time): that write set
+    its expiry to its store time plus :data:`WAITER_TTL`, which gives it."""
+    value = record.value
+    joined = value.get("joined_at")
+    if joined is None and record.expires_at is not None:
+        joined = record.expires_at - WAITER_TTL
+    return WaiterInfo(
+        record.key[len(queue) :],
+        value["owner"],
+        int(value.get("ticket", record.version)),
+        joined,
+        record.expires_at,
+    )
 
 
 class Locks(LockCore):
     """The locks of one room: the core's grants, and waiting for them in line."""
+
+    async def waiters(self, name: str, limit: int = 1000) -> list[WaiterInfo]:
+        """The agents in the lock's line, first in line first, at most ``limit`` (one
+        scan; entries of waiters that stopped refreshing have lapsed and are not there)."""
+        keys.check_name(name, "lock name")
+        queue = keys.lock_queue(name)
+        await self._scope.read([])
+        page = await self._scope.store.scan(self._scope.room, queue, None, limit)
+        found = [_waiter_info(queue, r) for r in page.records]
+        return sorted(found, key=lambda w: (w.ticket, w.waiter))
 
     async def wait_acquire(
         self,
@@ -157,12 +187,14 @@ class Locks(LockCore):
 
         async def join(waiter: _Waiter) -> Lock | int:
             try:
-                ticket = await self._let_go(lock, writes, waiter.put())
+                waiter.entry.pop("joined_at", None)  # known once the write is in
+                rejoined = await self._let_go(lock, writes, waiter.put())
             except StaleFence:
                 if writes:
                     raise
             else:
-                if ticket is not None:
+                if rejoined is not None:
+                    ticket, waiter.entry["joined_at"] = rejoined
                     return ticket
                 with contextlib.suppress(LockHeld):
                     return await self._take(claim)
@@ -296,6 +328,7 @@ class Locks(LockCore):
         the mark), or take it if it is free: the lock, or our ticket (the entry's version)."""
         claim = waiter.claim
         waiter.entry.pop("ticket", None)  # a new place in line: the ticket is the version
+        waiter.entry.pop("joined_at", None)  # and its time that of the write
         while True:
             try:
                 joined = await self._scope.transact(
@@ -307,6 +340,7 @@ class Locks(LockCore):
                 with contextlib.suppress(LockHeld):
                     return await self._take_read(claim)
                 continue
+            waiter.entry["joined_at"] = joined.now
             return joined.versions[waiter.key]
 
     async def _refresh(self, waiter: _Waiter) -> Lock | None:

@@ -1,6 +1,7 @@
 """What a lock's records hold, and the writes that change them.
 
-A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL) and the newest
+A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL, and the
+grant's and last extend's times where its write cannot give them) and the newest
 fencing token in ``lockfence/<name>``; ``lockline/<name>`` is the mark that a grant of the
 free lock and every join of its line rewrite. Pure functions and values: nothing here
 reads or writes the store.
@@ -34,6 +35,9 @@ class Lock:
     ttl: float
     # what ``read=`` asked for: each record's value as of the grant (absent: left out)
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # store clock: the grant, and its last extend (None: never); see grant_times
+    granted_at: float | None = None
+    renewed_at: float | None = None
 
     def guard(self) -> FenceAtMost:
         """A compare that lets a write commit only while this grant is the newest."""
@@ -42,10 +46,44 @@ class Lock:
 
 @dataclass(frozen=True, slots=True)
 class LockInfo:
+    """The lock's current holder, as of a read (an expired grant is no holder: the
+    lock is free). Times by the store's clock, to the millisecond."""
+
     name: str
     owner: str
     fence: int
     expires_at: float | None
+    granted_at: float | None = None  # the write that granted it (a handoff's, for one)
+    renewed_at: float | None = None  # its last extend (None: never extended)
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterInfo:
+    """One agent in a lock's line: ``joined_at`` is the store time of the write that put
+    it in line (a waiter that dropped out and joined again: of that join), ``ticket``
+    its place (lower goes first)."""
+
+    waiter: str
+    owner: str
+    ticket: int
+    joined_at: float | None
+    expires_at: float | None  # its entry lapses then unless the waiter refreshes it
+
+
+def grant_times(value: Mapping[str, Any], expires_at: float | None) -> tuple[float | None, ...]:
+    """``(granted_at, renewed_at)`` of a holder record, by the store's clock.
+
+    A grant made without a read (a take of a lock believed free, a handoff) cannot know
+    its own store time, but it sets the record's expiry to that time plus the TTL it
+    holds, so its grant time is ``expires_at - ttl`` (to the millisecond). A grant or an
+    extend made through the commit loop writes the store time of the read it decided on
+    (at most one round trip before its write) as ``granted_at`` / ``renewed_at``, so
+    that a replay of its command answers the same grant."""
+    renewed = value.get("renewed_at")
+    if "granted_at" in value:
+        return float(value["granted_at"]), renewed
+    written = None if expires_at is None else expires_at - float(value["ttl"])
+    return written, renewed
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +95,8 @@ class Claim:
     ttl: float
     token: str
 
-    def holder(self, fence: int) -> dict[str, Any]:
-        return holder_value(self.owner, self.token, fence, self.ttl)
+    def holder(self, fence: int, granted_at: float | None = None) -> dict[str, Any]:
+        return holder_value(self.owner, self.token, fence, self.ttl, granted_at)
 
 
 def new_claim(name: str, owner: str, ttl: object) -> Claim:
@@ -82,8 +120,21 @@ def check_read(read: object) -> tuple[str, ...]:
     return wanted
 
 
-def holder_value(owner: str, token: str, fence: int, ttl: float) -> dict[str, Any]:
-    return {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+def holder_value(
+    owner: str,
+    token: str,
+    fence: int,
+    ttl: float,
+    granted_at: float | None = None,
+    renewed_at: float | None = None,
+) -> dict[str, Any]:
+    """A holder record's value; the times only where :func:`grant_times` needs them."""
+    value: dict[str, Any] = {"owner": owner, "token": token, "fence": fence, "ttl": ttl}
+    if granted_at is not None:
+        value["granted_at"] = granted_at
+    if renewed_at is not None:
+        value["renewed_at"] = renewed_at
+    return value
 
 
 def grant_writes(name: str, holder: dict[str, Any]) -> list[Write]:

@@ -109,7 +109,8 @@ def _rounded(value: float | None) -> float | None:
 
 
 def _event(event: Event) -> dict[str, Any]:
-    return {"seq": event.seq, "type": event.type, "data": verbatim(event.data)}
+    out = {"seq": event.seq, "type": event.type, "data": verbatim(event.data)}
+    return out if event.author is None else {**out, "author": event.author}
 
 
 class RoomTools:
@@ -266,13 +267,17 @@ class RoomTools:
             bool, Field(description="also return title, payload, result, error, attempts")
         ] = False,
     ) -> CallToolResult:
-        """The plan's tasks in id order, compactly: id, status, owner, deps. Ask for
-        details only when you need payloads or results."""
+        """The plan's tasks in id order, compactly: id, status, owner, deps; a claimed
+        task's lease: "held" with the seconds left, or "expired, reclaimable" (claim_task
+        hands it out). Ask for details only when you need payloads or results."""
 
         async def body(principal: Principal, r: Room) -> Body:
             out = []
             for t in await r.plan.tasks(status):
                 item: dict[str, Any] = {"id": t.id, "status": t.status, "owner": t.owner}
+                if t.lease_state is not None:
+                    item["lease"] = t.lease_state
+                    item["lease_remaining"] = _rounded(t.lease_remaining)
                 if t.deps:
                     item["deps"] = t.deps
                 if details:
@@ -282,6 +287,8 @@ class RoomTools:
                         "result": verbatim(t.result),
                         "error": verbatim(t.error),
                         "attempts": t.attempts or None,
+                        "lease_granted_at": _rounded(t.lease_granted_at),
+                        "lease_renewed_at": _rounded(t.lease_renewed_at),
                     }
                 out.append(item)
             return {"tasks": out}
@@ -304,7 +311,8 @@ class RoomTools:
             specs = [
                 TaskSpec(t.id, t.title, t.payload, tuple(t.deps), t.max_attempts) for t in tasks
             ]
-            ready = await r.plan.add(specs, command_id=command_id(principal, request_id))
+            cmd = command_id(principal, request_id)
+            ready = await r.plan.add(specs, command_id=cmd, author=principal.agent)
             return {"added": len(specs), "ready": ready}
 
         return await self.run(ctx, room, "plan:write", body)
@@ -430,7 +438,7 @@ class RoomTools:
             Field(description="move your cursor to the newest event without reading (resync)"),
         ] = False,
     ) -> CallToolResult:
-        """Events you have not seen yet, oldest first, as {seq, type, data}; your cursor
+        """Events you have not seen yet, oldest first, as {seq, type, data, author}; your cursor
         moves past them, so the next call returns only newer ones. more=true: call again."""
 
         async def body(principal: Principal, r: Room) -> Body:
@@ -456,10 +464,11 @@ class RoomTools:
         data: Annotated[JsonValue, Field(description="the event's data (JSON)")] = None,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Append an event to the room's log for every agent to read."""
+        """Append an event to the room's log for every agent to read; you are its author."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            seq = await r.events.post(type, data, command_id=command_id(principal, request_id))
+            cmd = command_id(principal, request_id)
+            seq = await r.events.post(type, data, command_id=cmd, author=principal.agent)
             return {"seq": seq}
 
         return await self.run(ctx, room, "events:write", body)
@@ -508,6 +517,7 @@ class RoomTools:
                 if_match=version or None,
                 create_only=version == 0,
                 command_id=command_id(principal, request_id),
+                author=principal.agent,
             )
             return {"version": doc.version}
 
@@ -542,6 +552,7 @@ class RoomTools:
                 "token": lock.token,
                 "fence": lock.fence,
                 "expires_at": _rounded(lock.expires_at),
+                "granted_at": _rounded(lock.granted_at),
             }
 
         return await self.run(ctx, room, "locks:write", body)

@@ -108,6 +108,7 @@ async def put_doc(
                 must_exist=exists,
                 fence=fence,
                 command_id=cmd,
+                author=access.agent,
             )
             return _answer(doc, 201 if create else 200)
         for _ in range(REDECIDE):  # decide on the version read; write only if still it
@@ -120,6 +121,7 @@ async def put_doc(
                     create_only=expect.absent,
                     fence=fence,
                     command_id=cmd,
+                    author=access.agent,
                 )
             except VersionConflict:
                 continue  # it changed since the read: decide again on what it is now
@@ -143,11 +145,11 @@ async def delete_doc(access: DocsWrite, name: DocName, if_match: IfMatch = None)
     try:
         version = im.single_version()
         if version is not None:
-            await access.room.docs.delete(name, if_match=version)
+            await access.room.docs.delete(name, if_match=version, author=access.agent)
             return Response(status_code=204)
         if im.any:  # If-Match: * holds while the document exists, whatever its version
             try:
-                await access.room.docs.delete(name, must_exist=True)
+                await access.room.docs.delete(name, must_exist=True, author=access.agent)
             except NotFound:
                 raise VersionConflict({room_keys.doc(name): None}) from None
             return Response(status_code=204)
@@ -156,7 +158,7 @@ async def delete_doc(access: DocsWrite, name: DocName, if_match: IfMatch = None)
             if expect.version is None:  # If-Match on an absent document
                 raise VersionConflict({room_keys.doc(name): None})
             try:
-                await access.room.docs.delete(name, if_match=expect.version)
+                await access.room.docs.delete(name, if_match=expect.version, author=access.agent)
             except VersionConflict:
                 continue
             return Response(status_code=204)

@@ -44,8 +44,9 @@ After = Annotated[int, Query(ge=0, le=MAX_INT)]
 
 @router.post("", status_code=201, summary="Append an event", responses=errors(409, 422))
 async def post_event(access: EventsWrite, body: EventIn, key: IdempotencyKey = None) -> Posted:
+    """The event's author is the token's agent (the body cannot name one)."""
     seq = await access.room.events.post(
-        body.type, body.data, command_id=command_id(access.principal, key)
+        body.type, body.data, command_id=command_id(access.principal, key), author=access.agent
     )
     return Posted(seq=seq)
 

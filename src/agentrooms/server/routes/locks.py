@@ -36,6 +36,7 @@ from agentrooms.server.models import (
     LockState,
     Released,
     RequeueIn,
+    WaiterOut,
 )
 from agentrooms.server.routes import COMMON, errors
 from agentrooms.store.types import Record
@@ -54,13 +55,20 @@ def _out(lock: Lock) -> LockOut:
         fence=lock.fence,
         expires_at=lock.expires_at,
         ttl=lock.ttl,
+        granted_at=lock.granted_at,
+        renewed_at=lock.renewed_at,
     )
 
 
-@router.get("/{name}", summary="Who holds the lock")
+@router.get("/{name}", summary="Who holds the lock, since when, and who waits in line")
 async def holder(access: RoomsRead, name: LockName) -> LockState:
     info = await access.room.locks.holder(name)
-    return LockState(name=name, holder=None if info is None else HolderOut.of(info))
+    line = await access.room.locks.waiters(name)
+    return LockState(
+        name=name,
+        holder=None if info is None else HolderOut.of(info),
+        waiters=[WaiterOut.of(w) for w in line],
+    )
 
 
 @router.post(

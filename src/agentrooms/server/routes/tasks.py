@@ -63,7 +63,9 @@ async def add_tasks(
     if len(body.tasks) > limit:
         raise BadRequest(f"add at most {limit} tasks in one request")
     specs = [TaskSpec(t.id, t.title, t.payload, tuple(t.deps), t.max_attempts) for t in body.tasks]
-    ready = await access.room.plan.add(specs, command_id=command_id(access.principal, key))
+    ready = await access.room.plan.add(
+        specs, command_id=command_id(access.principal, key), author=access.agent
+    )
     return TasksAdded(ready=ready)
 
 
@@ -154,6 +156,6 @@ async def cancel(
 ) -> TaskOut:
     reason = None if body is None else body.reason
     cancelled = await access.room.plan.cancel(
-        task, reason, command_id=command_id(access.principal, key)
+        task, reason, command_id=command_id(access.principal, key), author=access.agent
     )
     return TaskOut.of(cancelled)

@@ -330,7 +330,7 @@ class PostgresStore(Store):
         if after + 1 < low:
             raise CursorCompacted(room, after, low)
         return [
-            Event(row["seq"], row["type"], decode_json(row["data"]), row["time"])
+            Event(row["seq"], row["type"], decode_json(row["data"]), row["time"], row["author"])
             for row in rows
             if row["seq"] is not None
         ]

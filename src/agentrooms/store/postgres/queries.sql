@@ -57,15 +57,16 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 -- transaction: see functions/transact.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
-  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18);
+  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                $19);
 
 -- name: transact_recording
--- transact, for a batch some of whose items record their outcome ($19: per item, the
+-- transact, for a batch some of whose items record their outcome ($20: per item, the
 -- key of its outcome record or NULL): see functions/transact_recording.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                          $17, $18, $19);
+                          $17, $18, $19, $20);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
@@ -143,10 +144,10 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 WITH room AS MATERIALIZED (
     SELECT coalesce((SELECT low FROM rooms WHERE room = $1), 1) AS low
 )
-SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time
+SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time, e.author
   FROM room
   LEFT JOIN LATERAL (
-      SELECT seq, type, data, time
+      SELECT seq, type, data, time, author
         FROM events
        WHERE events.room = $1 AND events.seq > $2 AND $2 + 1 >= room.low
        ORDER BY seq

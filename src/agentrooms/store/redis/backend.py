@@ -249,7 +249,7 @@ class RedisStore(Store):
             keys.append(registry)
         appends = ops.appends
         for a in appends:
-            args += (a.type, a.data_json)
+            args += (a.type, a.data_json, a.author or "")
         reply = await self._run(scripts.TRANSACT, keys, args)
         if reply[0] != 0:
             raise scripts.failure(compares, reply)

@@ -135,12 +135,14 @@ def stream_entries(reply: Any) -> list[Any]:
 
 def event(eid: bytes, fields: list[bytes]) -> Event:
     """A log entry as transact.lua writes it: ID ``<seq>-0``, fields ('t', type, 'd',
-    data JSON, 'ms', time in ms)."""
+    data JSON, 'ms', time in ms) and, when the append named one, ('a', author); an
+    entry without the field (also one written before authors were stored) has none."""
     return Event(
         int(eid[: eid.index(b"-")]),
         fields[1].decode(),
         json.loads(fields[3]),
         int(fields[5]) / 1000.0,
+        fields[7].decode() if len(fields) > 7 else None,
     )
 
 

@@ -24,7 +24,8 @@
 --   then per set op, 1 each: '+<member>' add (a member already there keeps its pick
 --                             order) | '-<member>' remove (a member added again later is
 --                             never-picked again)
---   then per append, 2 each: type, data JSON
+--   then per append, 3 each: type, data JSON, author ('' = none: an author is never
+--                             empty; stored as field 'a' only when given)
 --
 -- Returns one of
 --   {0, now_ms, last_version, last_seq}  committed: of the P puts, put i (in write order)
@@ -41,7 +42,7 @@
 local C, S = tonumber(ARGV[1]), tonumber(ARGV[2])
 local W = #KEYS - 3 - C - S
 if S > 0 then W = W - 1 end
-local A = (#ARGV - 2 - C - 3 * W - S) / 2
+local A = (#ARGV - 2 - C - 3 * W - S) / 3
 local meta, index, log = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -117,8 +118,11 @@ end
 -- appends first: XADD is the one write that could be refused (an ID below the top)
 local stamp = int(now)
 for j = 1, A do
-  redis.call('XADD', log, int(seq + j) .. '-0',
-    't', ARGV[a0 + 2 * j - 1], 'd', ARGV[a0 + 2 * j], 'ms', stamp)
+  local entry = {'t', ARGV[a0 + 3 * j - 2], 'd', ARGV[a0 + 3 * j - 1], 'ms', stamp}
+  if ARGV[a0 + 3 * j] ~= '' then
+    entry[7], entry[8] = 'a', ARGV[a0 + 3 * j]
+  end
+  redis.call('XADD', log, int(seq + j) .. '-0', unpack(entry))
 end
 
 local given = version

@@ -127,7 +127,10 @@ class Operations:
         if after + 1 < low:
             raise CursorCompacted(room, after, low)
         rows = self._all("read_log_events", {"room": room, "after": after, "limit": limit})
-        return [Event(seq, kind, decode_json(data), ms / 1000.0) for seq, kind, data, ms in rows]
+        return [
+            Event(seq, kind, decode_json(data), ms / 1000.0, author)
+            for seq, kind, data, ms, author in rows
+        ]
 
     def last_seq(self, room: str) -> int:
         seq: int | None = self._one("last_seq", {"room": room})
@@ -243,7 +246,14 @@ class Operations:
         last: int = self._one("transact_next_seqs", {"room": room, "count": len(appends)})
         first = last - len(appends) + 1
         rows = [
-            {"room": room, "seq": first + i, "type": a.type, "data": a.data_json, "time_ms": now_ms}
+            {
+                "room": room,
+                "seq": first + i,
+                "type": a.type,
+                "data": a.data_json,
+                "time_ms": now_ms,
+                "author": a.author,
+            }
             for i, a in enumerate(appends)
         ]
         self._conn.executemany(self._q["transact_append"], rows)

@@ -66,6 +66,7 @@ CREATE OR REPLACE FUNCTION transact(
     p_app_bounds  integer[],
     p_types       text[],
     p_datas       text[],
+    p_authors     text[],
     OUT now               double precision,
     OUT versions          bigint[],
     OUT first_seqs        bigint[],
@@ -100,6 +101,7 @@ DECLARE
     v_set_items    integer := 0;    -- how many of those items have set operations
     v_types        text[] := '{}';  -- the events of the items applied, in order
     v_datas        text[] := '{}';
+    v_authors      text[] := '{}';
     v_offsets      bigint[] := array_fill(NULL::bigint, ARRAY[v_items]);
     v_first        bigint;
     v_key          record;
@@ -221,6 +223,8 @@ BEGIN
                 v_offsets[i] := cardinality(v_types);
                 v_types := v_types || p_types[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
                 v_datas := v_datas || p_datas[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
+                v_authors := v_authors
+                    || p_authors[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
             END IF;
         END LOOP;
         EXIT WHEN v_locked OR v_live_count = 0;
@@ -372,9 +376,9 @@ BEGIN
                 ON CONFLICT (room) DO UPDATE SET seq = r.seq + cardinality(v_types)
             RETURNING seq - cardinality(v_types) + 1 INTO v_first;
         END IF;
-        INSERT INTO events (room, seq, type, data, time)
-        SELECT p_room, v_first + e.i - 1, e.type, e.data, v_now
-          FROM unnest(v_types, v_datas) WITH ORDINALITY AS e (type, data, i);
+        INSERT INTO events (room, seq, type, data, time, author)
+        SELECT p_room, v_first + e.i - 1, e.type, e.data, v_now, e.author
+          FROM unnest(v_types, v_datas, v_authors) WITH ORDINALITY AS e (type, data, author, i);
         FOR i IN 1 .. v_items LOOP
             first_seqs[i] := v_first + v_offsets[i];
         END LOOP;
