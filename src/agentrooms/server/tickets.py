@@ -46,20 +46,22 @@ def _key(ticket: str) -> str:
     return f"ticket/{_hash(ticket)}"
 
 
-async def mint_ticket(store: Store, principal: Principal, room: str) -> Ticket:
-    """A new single-use ticket for ``principal`` to open ``room``'s operator stream. The
-    caller has already checked the principal's room and scope."""
+async def mint_ticket(
+    store: Store, principal: Principal, room: str, ttl: float = TICKET_TTL
+) -> Ticket:
+    """A new single-use ticket for ``principal`` to open ``room``'s operator stream, good
+    for ``ttl`` seconds. The caller has already checked the principal's room and scope."""
     ticket = secrets.token_hex(32)
     now = (await store.read(AUTH_ROOM, [])).now
     value = {
         "token_id": principal.token_id,
         "agent": principal.agent,
         "room": room,
-        "expires_at": now + TICKET_TTL,
+        "expires_at": now + ttl,
     }
     key = _key(ticket)
-    await store.transact(AUTH_ROOM, [Absent(key)], [Put(key, value, ttl=TICKET_TTL)])
-    return Ticket(ticket, room, now + TICKET_TTL)
+    await store.transact(AUTH_ROOM, [Absent(key)], [Put(key, value, ttl=ttl)])
+    return Ticket(ticket, room, now + ttl)
 
 
 async def redeem(store: Store, auth: AuthConfig, ticket: str, room: str) -> Principal:
