@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-import pytest
 
-from agentrooms.server import mint
-from tests.conftest import Backend, unavailable
+from tests.conftest import unavailable
 from tests.helpers import free_port
 
 if TYPE_CHECKING:
@@ -36,10 +34,14 @@ VIEWPORT = {"width": 1280, "height": 800}
 LIVE_WITHIN = 1.0  # seconds from an event's post to its row on the page
 
 
-@asynccontextmanager
-async def chromium() -> AsyncIterator[Browser]:
+def need_chromium() -> None:
     if not Path(CHROMIUM).exists():
         unavailable(f"chromium at {CHROMIUM}")
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    need_chromium()
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
@@ -50,14 +52,19 @@ async def chromium() -> AsyncIterator[Browser]:
             await browser.close()
 
 
-@asynccontextmanager
-async def served(url: str, cwd: Path) -> AsyncIterator[str]:
-    """``agentrooms serve`` (tokens required) over ``url``; yields its base URL."""
+def spawn(url: str, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``agentrooms serve`` (tokens required) over ``url``, logging to cwd/serve.log."""
     port = free_port()
     command = [sys.executable, "-m", "agentrooms", "serve", "--port", str(port), "--url", url]
-    log = (cwd / "serve.log").open("w")
-    proc = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    with (cwd / "serve.log").open("w") as log:
+        proc = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@asynccontextmanager
+async def served(url: str, cwd: Path) -> AsyncIterator[str]:
+    """A served store (see :func:`spawn`) that answers ``/readyz``; yields its base URL."""
+    proc, base = spawn(url, cwd)
     try:
         deadline = time.monotonic() + 30
         async with httpx.AsyncClient() as c:
@@ -72,8 +79,7 @@ async def served(url: str, cwd: Path) -> AsyncIterator[str]:
         yield base
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        await asyncio.to_thread(proc.wait, 30)
 
 
 def shots(tmp_path: Path) -> Path:
