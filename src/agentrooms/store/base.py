@@ -31,7 +31,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from agentrooms.errors import BadRequest
+from agentrooms.errors import BadRequest, VersionConflict
+from agentrooms.store.contention import Contention
 from agentrooms.store.types import (
     Append,
     Compare,
@@ -91,6 +92,7 @@ class Store(abc.ABC):
     def __init__(self, url: str, limits: Limits | None = None) -> None:
         self.url = url
         self.limits = limits or Limits()
+        self.contention = Contention(self)  # the conflicts this handle's transacts met
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
@@ -145,10 +147,16 @@ class Store(abc.ABC):
 
         Raises :class:`~agentrooms.errors.StaleFence` if a ``FenceAtMost`` fails, else
         :class:`~agentrooms.errors.VersionConflict` naming *every* failing key with its
-        current version (``None`` if absent). In both cases nothing changed.
+        current version (``None`` if absent). In both cases nothing changed. A
+        ``VersionConflict`` is counted in :attr:`contention` (memory only, no round trip).
         """
         room = check_room(room, self.limits)
-        return await self._transact(room, prepare_transact(compares, writes, appends, self.limits))
+        prepared = prepare_transact(compares, writes, appends, self.limits)
+        try:
+            return await self._transact(room, prepared)
+        except VersionConflict as exc:
+            self.contention.note(room, exc.conflicts)
+            raise
 
     async def scan(
         self, room: str, prefix: str = "", after: str | None = None, limit: int = 100
@@ -249,6 +257,8 @@ class Store(abc.ABC):
         return await self._info()
 
     async def close(self) -> None:
+        if self.contention.owner is self:
+            await self.contention.close()
         await self._close()
 
     async def __aenter__(self) -> Self:

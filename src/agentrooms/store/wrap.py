@@ -23,6 +23,7 @@ class Forwarding(Store):
         super().__init__(inner.url, inner.limits)
         self.backend = inner.backend
         self.inner = inner
+        self.contention = inner.contention  # counted once, flushed through the inner store
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         return await self.inner._read(room, keys)

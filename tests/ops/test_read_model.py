@@ -1,0 +1,155 @@
+"""The operator read model (agentrooms.ops) on every backend: the 2am scenario's every
+stuck item, the plan's expired state, pagination of tasks, events and rooms, and the
+contention table read from another handle."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from agentrooms.errors import NotFound, VersionConflict
+from agentrooms.ops import EXPIRED, Ops, Thresholds, as_json
+from agentrooms.rooms import Rooms, TaskSpec
+from agentrooms.store import Put, Store, VersionIs
+from agentrooms.store.contention import FLUSH_EVERY
+from tests import ops_scenario as s
+from tests.conftest import Backend
+
+
+async def test_the_2am_room_shows_every_stuck_item(store: Store, room: str) -> None:
+    seeded = await s.seed_2am(store, room)
+    page = await Ops(store).room(room)
+    doc = as_json(page)
+    json.dumps(doc)  # plain JSON
+    stuck = {(i["kind"], i["subject"]) for i in doc["stuck"]}
+    assert stuck == {
+        ("expired_lease", s.EXPIRED_TASK),
+        ("failed_at_limit", s.FAILED_TASK),
+        ("waiter_waiting", s.LOCK),
+        ("effect_unknown", s.UNKNOWN_EFFECT),
+        ("cursor_lagging", s.LAGGING_AGENT),
+    }
+    kinds = [i["kind"] for i in doc["stuck"]]
+    assert kinds[0] == "expired_lease" and kinds[-1] == "cursor_lagging"
+    assert doc["last_seq"] == seeded.last_seq
+    assert doc["plan"]["total"] == s.TASKS
+    assert sum(doc["plan"]["counts"].values()) == s.TASKS
+    assert len(doc["plan"]["tasks"]) == 100 and doc["plan"]["next_after"] is not None
+    assert doc["plan"]["states"][EXPIRED] == 1
+    (lock,) = [lock for lock in doc["locks"] if lock["name"] == s.LOCK]
+    assert lock["holder"] == s.LOCK_HOLDER and lock["fence"] >= 1
+    assert [w["owner"] for w in lock["waiters"]] == [f"worker-{i}" for i in range(s.WAITERS)]
+    assert all(w["waited"] > 60 for w in lock["waiters"])
+    assert 0 < lock["remaining"] <= 600
+    (lagging,) = [c for c in doc["cursors"] if c["agent"] == s.LAGGING_AGENT]
+    assert lagging["lag"] >= s.LAG
+    assert {p["agent"] for p in doc["presence"]} == set(s.ONLINE)
+    assert all(p["online"] and p["age"] < 60 for p in doc["presence"])
+    assert [e["id"] for e in doc["effects"]["unknown"]] == [s.UNKNOWN_EFFECT]
+    assert [e["id"] for e in doc["effects"]["dead_letters"]] == [s.DEAD_EFFECT]
+    assert doc["effects"]["counts"] == {"unknown": 1, "failed": 1}
+    assert doc["contention"][0] == {"prefix": f"doc/{s.HOT_DOC}", "conflicts": s.HOT_CONFLICTS}
+    assert [d["name"] for d in doc["documents"]] == [s.HOT_DOC]
+    assert len(doc["events"]) == 50
+    assert [e["seq"] for e in doc["events"]] == list(
+        range(seeded.last_seq, seeded.last_seq - 50, -1)
+    )
+
+
+async def test_an_expired_lease_is_expired_reclaimable_until_reclaimed(
+    store: Store, room: str
+) -> None:
+    r = await Rooms(store).create(room)
+    await r.plan.add([TaskSpec("a"), TaskSpec("b")])
+    await r.plan.claim("a", "alice", ttl=0.05)
+    await r.plan.claim("b", "bob", ttl=600)
+    await asyncio.sleep(0.1)
+    rows = {t.id: t for t in (await Ops(store).tasks(room)).tasks}
+    assert rows["a"].state == EXPIRED and rows["a"].status == "claimed"
+    assert rows["a"].lease_remaining == 0.0
+    assert rows["b"].state == "claimed" and 590 < (rows["b"].lease_remaining or 0) <= 600
+    assert [i.kind for i in (await Ops(store).room(room)).stuck] == ["expired_lease"]
+    await r.plan.claim_next("carol", ttl=600)  # reclaims it
+    page = await Ops(store).room(room)
+    assert page.stuck == [] and page.plan.states == {"claimed": 2}
+
+
+async def test_thresholds_decide_what_is_stuck(store: Store, room: str) -> None:
+    await s.seed_2am(store, room)
+    lenient = Thresholds(effect_unknown=3600, waiter_waiting=3600, cursor_lag=10**6)
+    kinds = {i.kind for i in (await Ops(store).room(room, lenient)).stuck}
+    assert kinds == {"expired_lease", "failed_at_limit"}
+
+
+async def test_tasks_events_and_rooms_paginate(store: Store, room: str) -> None:
+    rooms = Rooms(store)
+    r = await rooms.create(room)
+    await r.plan.add([TaskSpec(f"t{i:02d}") for i in range(25)])
+    await r.plan.claim("t03", "alice", ttl=600)
+    ops = Ops(store)
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        page = await ops.tasks(room, limit=10, after=after)
+        seen += [t.id for t in page.tasks]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert seen == [f"t{i:02d}" for i in range(25)]
+    claimed = await ops.tasks(room, limit=10, status="claimed")
+    assert [t.id for t in claimed.tasks] == ["t03"] and claimed.next_after is None
+    for i in range(30):
+        await r.events.post("note" if i % 3 else "alert", {"i": i})
+    head = await store.last_seq(room)
+    first = await ops.events(room, limit=20)
+    assert [e.seq for e in first.events] == list(range(head, head - 20, -1))
+    rest = await ops.events(room, limit=1000, before=first.next_before)
+    assert [e.seq for e in rest.events] == list(range(head - 20, 0, -1))
+    assert rest.next_before is None
+    alerts = await ops.events(room, limit=100, type="alert")
+    assert [e.data["i"] for e in alerts.events] == list(range(27, -1, -3))
+    names = [f"{room}-{c}" for c in "abc"]
+    for name in names:
+        await rooms.create(name)
+    listed: list[str] = []
+    cursor: str | None = room
+    while True:
+        rpage = await ops.rooms(limit=2, after=cursor, allowed=lambda n: n.startswith(room))
+        listed += [x.room for x in rpage.rooms]
+        if rpage.next_after is None:
+            break
+        cursor = rpage.next_after
+    assert listed == names
+    summary = (await ops.rooms(limit=1, after=f"{room}-a", allowed=lambda n: n == names[1])).rooms
+    assert [x.room for x in summary] == [names[1]]
+
+
+async def test_a_missing_room_is_not_found(store: Store, room: str) -> None:
+    for read in (Ops(store).room, Ops(store).tasks, Ops(store).events):
+        try:
+            await read(room)
+        except NotFound:
+            continue
+        raise AssertionError(f"{read.__name__} answered for a missing room")
+
+
+async def test_contention_of_another_handle_is_read_after_its_flush(
+    backend: Backend, room: str
+) -> None:
+    writer = await backend.open()
+    reader = await backend.open() if backend.shared_across_processes else writer
+    await Rooms(writer).create(room)
+    await writer.transact(room, writes=[Put("doc/x", 1)])
+    for _ in range(3):
+        with pytest.raises(VersionConflict):
+            await writer.transact(room, [VersionIs("doc/x", 10**9)], [Put("doc/x", 2)])
+    deadline = time.monotonic() + 2 * FLUSH_EVERY + 2  # a first flush, then one more
+    while True:
+        conflicts = await Ops(reader).contention(room)
+        if sum(c.conflicts for c in conflicts) >= 3 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert [(c.prefix, c.conflicts) for c in conflicts] == [("doc/x", 3)]
