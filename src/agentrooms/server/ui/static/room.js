@@ -19,6 +19,14 @@ const KINDS = {
   cursor_lagging: "cursor lagging",
 };
 
+// an error or reason as one line of text, whatever JSON it is
+function said(value) {
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "string") return value;
+  if (typeof value === "object" && typeof value.message === "string" && Object.keys(value).length === 1) return value.message;
+  return JSON.stringify(value);
+}
+
 function kv(label, value, attrs = {}) {
   return h("div", { class: "kv", ...attrs }, h("span", { class: "k" }, label), h("span", { class: "v" }, value));
 }
@@ -105,7 +113,7 @@ function glance(data) {
       .map(([state, n]) => kv(state, count(n), { class: `kv ef-${state}` })),
     kv("dead letters", count(dead.length), { class: dead.length ? "kv alarm" : "kv", id: "dead-count" }),
     dead.slice(0, 2).map((e) =>
-      h("div", { class: "line alarm", "data-dead-letter": e.id, title: e.error ?? "" }, `✉ ${e.id}: ${e.error ?? "no error recorded"}`),
+      h("div", { class: "line alarm", "data-dead-letter": e.id, title: said(e.error) }, `✉ ${e.id}: ${said(e.error)}`),
     ),
   );
   const hot = h(
@@ -211,7 +219,7 @@ function effectRows(kind, effects, now) {
       h("td", {}, e.state),
       h("td", { class: "num" }, ago(e.since, now)),
       h("td", { class: "num" }, e.attempts),
-      h("td", { class: "detail" }, e.error ?? "—"),
+      h("td", { class: "detail" }, said(e.error)),
     ),
   );
 }
