@@ -76,6 +76,7 @@ SCOPES = frozenset(
         "events:write",
         "presence:write",
         "locks:write",
+        "ops:read",
         ADMIN,
     }
 )

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
-from starlette.responses import StreamingResponse
 
 from agentrooms.errors import AgentroomsError
 from agentrooms.rooms import Room
@@ -33,6 +32,7 @@ from agentrooms.server.models import (
     Posted,
 )
 from agentrooms.server.routes import COMMON, errors
+from agentrooms.server.sse import HEADERS, RETRY, EventStream, comment, error_frame, grown
 from agentrooms.store.types import Event
 
 router = APIRouter(prefix="/rooms/{room}/events", tags=["events"], responses=errors(*COMMON))
@@ -40,10 +40,6 @@ router = APIRouter(prefix="/rooms/{room}/events", tags=["events"], responses=err
 BATCH = 100
 Limit = Annotated[int, Query(ge=1, le=1000)]
 After = Annotated[int, Query(ge=0, le=MAX_INT)]
-
-
-class EventStream(StreamingResponse):
-    media_type = "text/event-stream"
 
 
 @router.post("", status_code=201, summary="Append an event", responses=errors(409, 422))
@@ -110,7 +106,7 @@ async def stream(
     first = await access.room.events.read(position, BATCH)  # errors answered before the 200
     duration = min(timeout or limits.max_stream_seconds, limits.max_stream_seconds)
     frames = _frames(access.room, position, first, max_events, duration, limits.keepalive_seconds)
-    return EventStream(frames, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return EventStream(frames, headers=HEADERS)
 
 
 def _frame(event: Event) -> bytes:
@@ -128,7 +124,7 @@ async def _frames(
 ) -> AsyncIterator[bytes]:
     deadline = time.monotonic() + duration
     sent = 0
-    yield b"retry: 1000\n\n"
+    yield RETRY
     try:
         while True:
             for event in batch:
@@ -136,15 +132,14 @@ async def _frames(
                 sent, position = sent + 1, event.seq
                 if max_events is not None and sent >= max_events:
                     return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if deadline - time.monotonic() <= 0:
                 return
-            if not batch:
-                head = await room.store.watch(room.name, position, min(keepalive, remaining))
-                if head <= position:
-                    yield b": keep-alive\n\n"
-                    continue
+            if (
+                not batch
+                and await grown(room.store, room.name, position, deadline, keepalive) is None
+            ):
+                yield comment("keep-alive")
+                continue
             batch = await room.events.read(position, BATCH)
     except AgentroomsError as exc:  # the 200 is sent: report in-band and end
-        body = {"type": exc.code, "message": str(exc), "details": exc.details()}
-        yield f"event: error\ndata: {json.dumps({'error': body})}\n\n".encode()
+        yield error_frame(exc)
