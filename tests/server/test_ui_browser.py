@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,15 +23,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 
-from tests.conftest import unavailable
+from agentrooms.ops import Ops
+from agentrooms.server import mint
+from tests.conftest import Backend, unavailable
 from tests.helpers import free_port
+from tests.ops_scenario import (
+    DEAD_EFFECT,
+    EXPIRED_TASK,
+    FAILED_TASK,
+    HOT_DOC,
+    LAG,
+    LAGGING_AGENT,
+    LOCK,
+    TASKS,
+    UNKNOWN_EFFECT,
+    WAITERS,
+    seed_2am,
+)
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page
+    from playwright.async_api import Browser, Page, ViewportSize
 
 CHROMIUM = os.environ.get("AGENTROOMS_CHROMIUM", "/usr/bin/chromium")
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 LIVE_WITHIN = 1.0  # seconds from an event's post to its row on the page
 
 
@@ -98,10 +115,120 @@ async def log_in(page: Page, base: str, path: str, token: str) -> None:
 async def on_first_screen(page: Page, selector: str) -> None:
     """``selector``'s first element is shown inside the viewport, the page unscrolled."""
     element = page.locator(selector).first
-    await element.wait_for(state="visible", timeout=5000)
-    box = await element.bounding_box()
+    box = None
+    for _ in range(5):  # a live refetch may replace the element between the two calls
+        await element.wait_for(state="visible", timeout=5000)
+        box = await element.bounding_box()
+        if box is not None:
+            break
     assert box is not None, selector
     assert box["x"] >= 0 and box["y"] >= 0, (selector, box)
     assert box["x"] + box["width"] <= VIEWPORT["width"], (selector, box)
     assert box["y"] + box["height"] <= VIEWPORT["height"], (selector, box)
     assert await page.evaluate("window.scrollY") == 0
+
+
+# An agent's post from another process; prints the event's sequence number.
+POST = """
+import sys, httpx
+base, room, token = sys.argv[1:]
+answer = httpx.post(f"{base}/v1/rooms/{room}/events", json={"type": "page.check",
+    "data": {"from": "another process"}}, headers={"Authorization": f"Bearer {token}"})
+assert answer.status_code == 201, answer.text
+print(answer.json()["seq"])
+"""
+
+
+async def flushed_contention(backend: Backend, room: str) -> None:
+    """Wait until another handle sees the seed's conflicts (flushed in the background)."""
+    other = await backend.open()
+    deadline = time.monotonic() + 10
+    while not await Ops(other).contention(room):
+        assert time.monotonic() < deadline, "the seed's contention was never flushed"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"], indirect=True)
+async def test_2am_scenario_on_the_first_screen(
+    backend: Backend, room: str, tmp_path: Path
+) -> None:
+    need_chromium()
+    store = await backend.open()
+    seeded = await seed_2am(store, room)
+    oncall = (await mint(store, "oncall", rooms=[room], scopes=["ops:read"])).token
+    poster = (await mint(store, "poster", rooms=[room], scopes=["events:write"])).token
+    await flushed_contention(backend, room)
+    out = shots(tmp_path)
+    async with served(backend.url, tmp_path) as base, chromium() as browser:
+        page = await browser.new_page(viewport=VIEWPORT)
+        failures: list[str] = []
+        page.on("pageerror", lambda exc: failures.append(str(exc)))
+        await log_in(page, base, f"/ui/rooms/{room}", oncall)
+        await page.locator("#status.live-on").wait_for(timeout=10_000)
+        stuck = "#stuck tr.stuck-row"
+        for selector in (
+            f'{stuck}[data-kind="expired_lease"][data-subject="{EXPIRED_TASK}"]',
+            f'{stuck}[data-kind="failed_at_limit"][data-subject="{FAILED_TASK}"]',
+            f'{stuck}[data-kind="waiter_waiting"][data-subject="{LOCK}"]',
+            f'{stuck}[data-kind="cursor_lagging"][data-subject="{LAGGING_AGENT}"]',
+            f'{stuck}[data-kind="effect_unknown"][data-subject="{UNKNOWN_EFFECT}"]',
+            f'#glance-effects [data-dead-letter="{DEAD_EFFECT}"]',
+            f'#glance-contention [data-hot^="doc/{HOT_DOC}"]',
+        ):
+            await on_first_screen(page, selector)
+        assert (
+            await page.locator("#glance-contention [data-hot]").first.get_attribute("data-hot")
+            == f"doc/{HOT_DOC}"
+        ), "the hot key is the hottest"
+        waiters = page.locator(f'{stuck}[data-kind="waiter_waiting"] td.detail')
+        assert f"{WAITERS} of {WAITERS} waiters" in await waiters.inner_text()
+        lag = page.locator(f'{stuck}[data-kind="cursor_lagging"] td.detail')
+        behind = re.match(r"([\d,]+) events behind", await lag.inner_text())
+        assert behind is not None and int(behind.group(1).replace(",", "")) >= LAG
+        plan = await page.locator("#glance-plan h3").inner_text()
+        assert f"{TASKS} tasks" in plan
+        await page.screenshot(path=str(out / "ui-room-2am.png"))
+
+        # an event posted by another process shows within a second
+        assert seeded.last_seq > 0
+        post = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", POST, base, room, poster, stdout=asyncio.subprocess.PIPE
+        )
+        printed, _ = await post.communicate()
+        assert post.returncode == 0
+        seq = int(printed)
+        posted = time.monotonic()
+        row = page.locator(f'#event-rows tr[data-seq="{seq}"]')
+        await row.wait_for(state="attached", timeout=LIVE_WITHIN * 1000)
+        assert time.monotonic() - posted <= LIVE_WITHIN
+        assert "page.check" in await row.inner_text()
+        assert f"last seq {seq:,}" in await page.locator("#who").inner_text()
+        await row.scroll_into_view_if_needed()
+        await page.screenshot(path=str(out / "ui-room-events.png"))
+
+        await page.goto(f"{base}/ui")
+        await page.locator(f'#rooms tr[data-room="{room}"]').wait_for(timeout=5000)
+        await page.screenshot(path=str(out / "ui-rooms.png"))
+        assert failures == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_token_without_ops_read_is_refused(
+    backend: Backend, room: str, tmp_path: Path
+) -> None:
+    need_chromium()
+    store = await backend.open()
+    await seed_2am(store, room)
+    planner = (await mint(store, "planner", rooms=[room], scopes=["plan:read"])).token
+    async with served(backend.url, tmp_path) as base, chromium() as browser:
+        async with httpx.AsyncClient(base_url=base) as c:
+            for path in ("/ui", f"/ui/rooms/{room}"):
+                refused = await c.get(path, headers={"Authorization": f"Bearer {planner}"})
+                assert refused.status_code == 403
+        page = await browser.new_page(viewport=VIEWPORT)
+        await log_in(page, base, f"/ui/rooms/{room}", planner)
+        why = page.locator("#login-why")
+        await why.wait_for(state="visible", timeout=5000)
+        assert "ops:read" in await why.inner_text()
+        assert await page.locator("#stuck").count() == 0
+        await page.screenshot(path=str(shots(tmp_path) / "ui-login-refused.png"))

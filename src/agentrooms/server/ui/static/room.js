@@ -23,7 +23,9 @@ const KINDS = {
 function said(value) {
   if (value === null || value === undefined) return "—";
   if (typeof value === "string") return value;
-  if (typeof value === "object" && typeof value.message === "string" && Object.keys(value).length === 1) return value.message;
+  if (typeof value === "object" && typeof value.message === "string") {
+    return typeof value.type === "string" ? `${value.type}: ${value.message}` : value.message;
+  }
   return JSON.stringify(value);
 }
 
