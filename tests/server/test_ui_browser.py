@@ -128,6 +128,15 @@ async def on_first_screen(page: Page, selector: str) -> None:
     assert await page.evaluate("window.scrollY") == 0
 
 
+async def count_becomes(page: Page, selector: str, n: int) -> None:
+    """Wait (5 s at most) until ``selector`` matches ``n`` elements (the page's CSP
+    forbids the string-evaluated predicates of ``wait_for_function``)."""
+    deadline = time.monotonic() + 5
+    while (found := await page.locator(selector).count()) != n:
+        assert time.monotonic() < deadline, f"{selector}: {found} elements, not {n}"
+        await asyncio.sleep(0.05)
+
+
 # An agent's post from another process; prints the event's sequence number.
 POST = """
 import sys, httpx
@@ -205,6 +214,17 @@ async def test_2am_scenario_on_the_first_screen(
         assert f"last seq {seq:,}" in await page.locator("#who").inner_text()
         await row.scroll_into_view_if_needed()
         await page.screenshot(path=str(out / "ui-room-events.png"))
+
+        # the plan a page at a time, and by status; the timeline by type
+        await page.locator("#plan .pager button", has_text="next").click()
+        await page.locator('#plan-rows tr[data-task="t-150"]').wait_for(timeout=5000)
+        assert await page.locator('#plan-rows tr[data-task="t-050"]').count() == 0
+        await page.locator("#plan-status").select_option("failed")
+        await count_becomes(page, "#plan-rows tbody tr", 1)
+        assert await page.locator(f'#plan-rows tr[data-task="{FAILED_TASK}"]').count() == 1
+        await page.locator("#event-type").fill("page.check")
+        await count_becomes(page, "#event-rows tbody tr", 1)
+        assert await page.locator(f'#event-rows tr[data-seq="{seq}"]').count() == 1
 
         await page.goto(f"{base}/ui")
         await page.locator(f'#rooms tr[data-room="{room}"]').wait_for(timeout=5000)
