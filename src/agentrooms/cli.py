@@ -42,6 +42,7 @@ from agentrooms.cli_common import (
 )
 from agentrooms.cli_rooms import plan_app, rooms_app, tail, tokens_app
 from agentrooms.cli_serve import _banner, bench, demo, doctor, mcp, migrate, serve
+from agentrooms.cli_status import status
 from agentrooms.cli_torture import torture
 from agentrooms.errors import AgentroomsError
 
@@ -84,6 +85,7 @@ app.command()(serve)
 app.command()(mcp)
 app.command()(doctor)
 app.command()(tail)
+app.command()(status)  # agentrooms/cli_status.py
 app.command()(migrate)
 app.command()(demo)
 app.command(

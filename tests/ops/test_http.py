@@ -5,6 +5,7 @@ query parameters, and the change stream woken within a second by another handle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, MutableMapping
@@ -262,3 +263,28 @@ async def test_the_stream_wakes_within_a_second_of_another_handles_event(
     assert b": keepalive" in body
     (woke,) = [t for t, c in chunks if f'"last_seq": {seq}'.encode() in c]
     assert woke - at < 1.0
+
+
+async def test_change_streams_take_the_agents_stream_slots(store: Store, room: str) -> None:
+    await Rooms(store).create(room)
+    auth = bearer(await token(store, "oncall", [room], ["ops:read"]))
+    limits = HttpLimits(rate=None, max_streams_per_agent=1, keepalive_seconds=0.05)
+    app = make_app(store, limits=limits)
+    path = f"/v1/ops/rooms/{room}/stream"
+    opened = asyncio.Event()
+
+    async def hold() -> list[tuple[float, bytes]]:
+        def seen(body: bytes) -> bool:
+            opened.set()
+            return b"refused" in body  # never: held until cancelled
+
+        return await _sse(app, path, auth, seen, timeout=30)
+
+    holder = asyncio.create_task(hold())
+    await opened.wait()
+    async with client(app) as c:
+        refused = await c.get(path, headers=auth)
+    holder.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await holder
+    assert refused.status_code == 429

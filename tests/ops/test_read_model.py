@@ -153,3 +153,22 @@ async def test_contention_of_another_handle_is_read_after_its_flush(
             break
         await asyncio.sleep(0.1)
     assert [(c.prefix, c.conflicts) for c in conflicts] == [("doc/x", 3)]
+
+
+async def test_events_stop_at_the_trimmed_start(store: Store, room: str) -> None:
+    r = await Rooms(store).create(room)
+    for i in range(40):
+        await r.events.post("note", {"i": i})
+    first = await store.trim_log(room, 30)
+    ops = Ops(store)
+    page = await ops.events(room, limit=5, before=first + 3)
+    assert [e.seq for e in page.events] == [first + 2, first + 1, first]
+    assert page.next_before is None
+    exact = await ops.events(room, limit=3, before=first + 3)
+    assert [e.seq for e in exact.events] == [first + 2, first + 1, first]
+    if exact.next_before is not None:  # a page ending on the trimmed start may not know it
+        after = await ops.events(room, limit=3, before=exact.next_before)
+        assert after.events == [] and after.next_before is None
+    filtered = await ops.events(room, limit=100, type="note")
+    assert [e.seq for e in filtered.events] == list(range(41, first - 1, -1))
+    assert filtered.next_before is None

@@ -268,7 +268,8 @@ class Ops:
         """Events newest first with ``seq < before`` (default: from the head), at most
         ``limit``, optionally only of ``type`` and/or ``author``. A filtered call looks
         at :data:`EVENT_SCAN` events at most; ``next_before`` is where to continue
-        (``None``: the log's start, or its trimmed start, was reached)."""
+        (``None``: the log's start, or its trimmed start, was reached; a page that ends
+        exactly on the trimmed start may not know it, and the next one is empty)."""
         snap, head = await asyncio.gather(
             self.store.read(room, [keys.META]), self.store.last_seq(room)
         )
@@ -293,7 +294,8 @@ class Ops:
                 if _matches(event, type, author):
                     out.append(event_row(event))
                     if len(out) == limit:
-                        return EventPage(out, event.seq if event.seq > start + 1 or start else None)
+                        older = event.seq > start + 1 or (start > 0 and not floor)
+                        return EventPage(out, event.seq if older else None)
             looked += top - start
             top = 0 if floor else start
         return EventPage(out, top + 1 if top >= 1 else None)

@@ -14,7 +14,8 @@ In order, each step answering with the error envelope and ending the request:
    caller otherwise (the page then answers ``401`` itself);
 4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
    *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
-   then an event stream (``GET .../events/stream``) past the agent's
+   then an event stream (``GET .../events/stream``, or an operator's change stream
+   ``GET /v1/ops/rooms/<room>/stream``) past the agent's
    ``max_streams_per_agent`` open streams: ``429``; the slot is held until the stream's
    request ends;
 5. the body, read chunk by chunk and counted: ``413`` at the first byte over the limit
@@ -65,7 +66,7 @@ __all__ = ["PRINCIPAL", "Gate"]
 PRINCIPAL = "agentrooms.principal"
 _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
-_STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream")
+_STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream|/v1/ops/rooms/[^/]+/stream")
 _OPS_STREAM = re.compile(r"/v1/ops/rooms/([^/]+)/stream")
 _PAGE = re.compile(r"/ui(/rooms/[^/]+)?")
 

@@ -35,6 +35,7 @@ FLUSH_EVERY = 1.0  # seconds between two flushes of one room's counts, at least
 TTL = 600.0  # seconds a flushed table outlives its handle's last flush
 MAX_LABELS = 32  # labels per room per handle; the rest count under "<segment>/*" or "*"
 MAX_ROOMS = 256  # rooms per handle; conflicts in further rooms are counted as dropped
+CLOSE_WAIT = 2.0  # seconds a closing handle gives its last flush
 IGNORED = frozenset({"_meta", "_archived"})  # a conflict there is a missing room, not contention
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class Contention:
         self.dropped = 0
         self._counts: dict[str, dict[str, int]] = {}
         self._last_flush: dict[str, float] = {}
+        self._written: dict[str, dict[str, int]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def note(self, room: str, conflict_keys: Iterable[str]) -> None:
@@ -115,26 +117,30 @@ class Contention:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 self._last_flush[room] = time.monotonic()
-                counts = dict(self._counts.get(room, {}))
-                value: dict[str, Any] = {
-                    "handle": self.handle,
-                    "room": room,
-                    "since": self.started,
-                    "conflicts": counts,
-                }
-                key = table_key(room, self.handle)
-                try:
-                    await self.owner.transact(ROOM, writes=[Put(key, value, TTL)])
-                except Exception as exc:  # the counts stay in memory; a later conflict retries
-                    log.warning("contention counts of %s not flushed: %s", room, exc)
-                    return
-                if self._counts.get(room, {}) == counts:
+                if not await self._write(room) or self._counts.get(room) == self._written[room]:
                     return
         finally:
             self._tasks.pop(room, None)
 
+    async def _write(self, room: str) -> bool:
+        counts = dict(self._counts.get(room, {}))
+        value: dict[str, Any] = {
+            "handle": self.handle,
+            "room": room,
+            "since": self.started,
+            "conflicts": counts,
+        }
+        try:
+            await self.owner.transact(ROOM, writes=[Put(table_key(room, self.handle), value, TTL)])
+        except Exception as exc:  # the counts stay in memory; a later conflict retries
+            log.warning("contention counts of %s not flushed: %s", room, exc)
+            return False
+        self._written[room] = counts
+        return True
+
     async def close(self) -> None:
-        """Cancel the pending flushes (their counts are this handle's to lose)."""
+        """Cancel the pending flushes and write, once, the counts they had yet to write
+        (before the handle closes; a failure is logged and those counts are lost)."""
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -142,3 +148,7 @@ class Contention:
             if task.get_loop() is asyncio.get_running_loop():
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        for room, counts in list(self._counts.items()):
+            if counts != self._written.get(room):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._write(room), CLOSE_WAIT)

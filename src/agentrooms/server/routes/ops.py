@@ -30,6 +30,14 @@ OpsRead = Annotated[Access, Depends(access(SCOPE))]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 Name = Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=128)]
 _DEFAULT = Thresholds()
+STREAM_EVENT = {  # one parsed SSE event of the change stream
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["change", "error"]},
+        "data": {"type": "string", "description": 'JSON: {"last_seq": n}, or {"error": ...}'},
+    },
+}
 
 
 def _ops(request: Request) -> Ops:
@@ -110,7 +118,7 @@ async def events(
     responses={
         200: {
             "description": "event: change, data: {last_seq}; ': keepalive' when idle",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": STREAM_EVENT}},
         }
     },
 )
