@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from agentrooms.ops import Ops
+from agentrooms.rooms import Rooms
 from agentrooms.server import mint
 from tests.conftest import Backend, unavailable
 from tests.helpers import free_port
@@ -69,19 +70,21 @@ async def chromium() -> AsyncIterator[Browser]:
             await browser.close()
 
 
-def spawn(url: str, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``agentrooms serve`` (tokens required) over ``url``, logging to cwd/serve.log."""
+def spawn(url: str, cwd: Path, dev: bool) -> tuple[subprocess.Popen[bytes], str]:
+    """``agentrooms serve`` over ``url`` (``--dev`` or tokens required), logging to
+    cwd/serve.log."""
     port = free_port()
     command = [sys.executable, "-m", "agentrooms", "serve", "--port", str(port), "--url", url]
+    command += ["--dev"] if dev else []
     with (cwd / "serve.log").open("w") as log:
         proc = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     return proc, f"http://127.0.0.1:{port}"
 
 
 @asynccontextmanager
-async def served(url: str, cwd: Path) -> AsyncIterator[str]:
+async def served(url: str, cwd: Path, dev: bool = False) -> AsyncIterator[str]:
     """A served store (see :func:`spawn`) that answers ``/readyz``; yields its base URL."""
-    proc, base = spawn(url, cwd)
+    proc, base = spawn(url, cwd, dev)
     try:
         deadline = time.monotonic() + 30
         async with httpx.AsyncClient() as c:
@@ -252,3 +255,25 @@ async def test_a_token_without_ops_read_is_refused(
         assert "ops:read" in await why.inner_text()
         assert await page.locator("#stuck").count() == 0
         await page.screenshot(path=str(shots(tmp_path) / "ui-login-refused.png"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_dev_mode_needs_no_token(backend: Backend, room: str, tmp_path: Path) -> None:
+    """On loopback with ``--dev`` the page asks for nothing and follows the stream
+    without a ticket; an event another process posts still shows within a second."""
+    need_chromium()
+    store = await backend.open()
+    await seed_2am(store, room)
+    async with served(backend.url, tmp_path, dev=True) as base, chromium() as browser:
+        page = await browser.new_page(viewport=VIEWPORT)
+        await page.goto(f"{base}/ui/rooms/{room}")
+        await page.locator("#status.live-on").wait_for(timeout=10_000)
+        assert await page.locator("#login").is_hidden()
+        await on_first_screen(
+            page, f'#stuck tr[data-kind="expired_lease"][data-subject="{EXPIRED_TASK}"]'
+        )
+        seq = await Rooms(store).room(room).events.post("page.check", {"dev": True})
+        posted = time.monotonic()
+        row = page.locator(f'#event-rows tr[data-seq="{seq}"]')
+        await row.wait_for(state="attached", timeout=LIVE_WITHIN * 1000)
+        assert time.monotonic() - posted <= LIVE_WITHIN
