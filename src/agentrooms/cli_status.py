@@ -32,12 +32,12 @@ from agentrooms.cli_common import (
     console,
     literal,
 )
-from agentrooms.ops import EXPIRED, Ops, RoomPage, Thresholds, as_json
+from agentrooms.ops import EXPIRED, EXPIRED_LAST, Ops, RoomPage, Thresholds, as_json
 from agentrooms.store import Store
 
 SHOWN = 8  # rows per section beyond the stuck list (the rest are counted)
 _DEFAULT = Thresholds()
-LIFECYCLE = ("pending", "ready", "claimed", EXPIRED, "done", "failed", "cancelled")
+LIFECYCLE = ("pending", "ready", "claimed", EXPIRED, EXPIRED_LAST, "done", "failed", "cancelled")
 
 
 def _ago(seconds: float | None) -> str:

@@ -10,11 +10,25 @@ import time
 
 import pytest
 
-from agentrooms.errors import NotFound, VersionConflict
-from agentrooms.ops import EXPIRED, Ops, Thresholds, as_json
+from agentrooms.commit import Intent
+from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
+from agentrooms.ops import EXPIRED, EXPIRED_LAST, Ops, Thresholds, as_json
 from agentrooms.rooms import Rooms, TaskSpec
-from agentrooms.store import Put, Store, VersionIs
+from agentrooms.store import (
+    Append,
+    Event,
+    Put,
+    ScanPage,
+    SetAdd,
+    Snapshot,
+    Store,
+    TransactResult,
+    VersionIs,
+)
 from agentrooms.store.contention import FLUSH_EVERY
+from agentrooms.store.types import Prepared
+from agentrooms.store.wrap import Forwarding
+from agentrooms.writer import IntentQueue, Writer
 from tests import ops_scenario as s
 from tests.conftest import Backend
 
@@ -63,18 +77,25 @@ async def test_an_expired_lease_is_expired_reclaimable_until_reclaimed(
     store: Store, room: str
 ) -> None:
     r = await Rooms(store).create(room)
-    await r.plan.add([TaskSpec("a"), TaskSpec("b")])
+    await r.plan.add([TaskSpec("a"), TaskSpec("b"), TaskSpec("c", max_attempts=1)])
     await r.plan.claim("a", "alice", ttl=0.05)
     await r.plan.claim("b", "bob", ttl=600)
+    await r.plan.claim("c", "dave", ttl=0.05)
     await asyncio.sleep(0.1)
     rows = {t.id: t for t in (await Ops(store).tasks(room)).tasks}
     assert rows["a"].state == EXPIRED and rows["a"].status == "claimed"
     assert rows["a"].lease_remaining == 0.0
     assert rows["b"].state == "claimed" and 590 < (rows["b"].lease_remaining or 0) <= 600
-    assert [i.kind for i in (await Ops(store).room(room)).stuck] == ["expired_lease"]
-    await r.plan.claim_next("carol", ttl=600)  # reclaims it
+    assert rows["c"].state == EXPIRED_LAST
+    stuck = (await Ops(store).room(room)).stuck
+    assert [(i.kind, i.subject) for i in stuck] == [("expired_lease", "a"), ("expired_lease", "c")]
+    assert "the next claim fails it" in stuck[1].detail
+    with pytest.raises(InvalidTransition):
+        await r.plan.claim("c", "carol")  # fails it
+    await r.plan.claim_next("carol", ttl=600)  # reclaims "a"
     page = await Ops(store).room(room)
-    assert page.stuck == [] and page.plan.states == {"claimed": 2}
+    assert [(i.kind, i.subject) for i in page.stuck] == [("failed_at_limit", "c")]
+    assert page.plan.states == {"claimed": 2, "failed": 1}
 
 
 async def test_thresholds_decide_what_is_stuck(store: Store, room: str) -> None:
@@ -172,3 +193,79 @@ async def test_events_stop_at_the_trimmed_start(store: Store, room: str) -> None
     filtered = await ops.events(room, limit=100, type="note")
     assert [e.seq for e in filtered.events] == list(range(41, first - 1, -1))
     assert filtered.next_before is None
+
+
+async def test_the_writer_section_counts_queued_intents_and_dead_letters(
+    store: Store, room: str
+) -> None:
+    r = await Rooms(store).create(room)
+    queue = IntentQueue(r)
+    poison = {"when": [], "writes": [{"op": "explode"}], "appends": []}
+    item = {"id": "poison", "status": "queued", "intent": poison, "digest": "-", "failures": 0}
+    await r.scope.transact(
+        writes=[Put(queue.keys.item("poison"), item), SetAdd(queue.keys.queued, "poison")],
+        appends=[Append("wq.submitted", {"queue": "main", "id": "poison", "keys": []})],
+    )
+    writer = Writer(r, owner="w1", max_failures=2, retry_delay=0.01)
+    lock = await r.locks.try_acquire("writer.main", "w1")
+    assert await writer.apply_pending(lock) == 1
+    await queue.submit(Intent([], [Put("x", 1)]))
+    await IntentQueue(r, "other").submit(Intent([], [Put("y", 1)]))
+    page = await Ops(store).room(room)
+    assert (page.writer.queued, page.writer.dead_letters) == (2, 1)
+    assert {(q.name, q.queued, q.dead_letters) for q in page.writer.queues} == {
+        ("main", 1, 1),
+        ("other", 1, 0),
+    }
+    (letter,) = page.writer.dead
+    assert (letter["queue"], letter["id"], letter["failures"]) == ("main", "poison", 2)
+
+
+class _Counted(Forwarding):
+    """Counts every round trip the read model makes, and asserts it writes nothing."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.trips = 0
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        self.trips += 1
+        return await self.inner._read(room, keys)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        self.trips += 1
+        return await self.inner._scan(room, prefix, after, limit)
+
+    async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
+        self.trips += 1
+        return await self.inner._read_log(room, after, limit)
+
+    async def _last_seq(self, room: str) -> int:
+        self.trips += 1
+        return await self.inner._last_seq(room)
+
+    async def _set_size(self, room: str, name: str) -> int:
+        self.trips += 1
+        return await self.inner._set_size(room, name)
+
+    async def _transact(self, room: str, ops: Prepared) -> TransactResult:
+        raise AssertionError("the read model wrote")
+
+
+async def test_the_room_page_costs_the_same_round_trips_however_full_the_room(
+    store: Store, room: str
+) -> None:
+    r = await Rooms(store).create(room)
+    counted = _Counted(store)
+    await Ops(counted).room(room)
+    empty = counted.trips
+    await r.plan.add([TaskSpec(f"t{i:03d}") for i in range(900)])
+    for i in range(40):
+        await r.locks.try_acquire(f"lock{i}", f"agent{i}", ttl=600)
+        await r.presence.heartbeat(f"agent{i}", ttl=600)
+        await r.events.ack(f"agent{i}", 1)
+        await r.docs.put(f"doc{i}", {"i": i})
+    counted.trips = 0
+    page = await Ops(counted).room(room)
+    assert (page.plan.total, len(page.locks), len(page.cursors)) == (900, 40, 40)
+    assert counted.trips == empty <= 16

@@ -11,7 +11,10 @@ from typing import Any
 from agentrooms.store.types import JSON
 
 EXPIRED = "expired, reclaimable"
-"""The state of a claimed task whose lease ran out by the store's clock."""
+"""The state of a claimed task whose lease ran out by the store's clock (the next
+``claim_next`` hands it out)."""
+EXPIRED_LAST = "expired, last attempt"
+"""The same, on the task's last attempt: the next claim fails it instead."""
 
 # stuck kinds, most urgent first (their order in the stuck list)
 EXPIRED_LEASE = "expired_lease"

@@ -28,6 +28,7 @@ from agentrooms.ops.model import (
     CURSOR_LAGGING,
     EFFECT_UNKNOWN,
     EXPIRED,
+    EXPIRED_LAST,
     EXPIRED_LEASE,
     FAILED_AT_LIMIT,
     URGENCY,
@@ -69,6 +70,7 @@ MAX_EFFECTS = 50  # effects listed per state
 MAX_QUEUES = 16  # writer queues looked at
 EVENT_CHUNK = 500  # events read per round trip when filtering
 EVENT_SCAN = 5000  # events looked at, at most, by one filtered events call
+SCAN_PAGE = 1000  # records per scan page: the plan read's own page, so a task scan costs the same
 
 Allowed = Callable[[str], bool]
 
@@ -101,7 +103,8 @@ class Ops:
         out: list[Record] = []
         after: str | None = None
         while True:
-            page = await self.store.scan(room, prefix, after, self.store.limits.max_page)
+            limit = min(SCAN_PAGE, self.store.limits.max_page)
+            page = await self.store.scan(room, prefix, after, limit)
             out += page.records
             if page.next_after is None:
                 return out
@@ -143,11 +146,7 @@ class Ops:
             self.events(room, limit=EVENTS),
         )
         now = parts.now
-        rows = [task_row(r.value, now) for r in parts.tasks]
-        locks = lock_rows(parts.locks, parts.waiters, now)
-        cursors = cursor_rows(parts.cursors, parts.last_seq)
-        effects = [effect_row(r.value) for r in parts.effects]
-        stuck = stuck_list(rows, locks, cursors, effects, now, limits)
+        rows, locks, cursors, effects, stuck = _judge(parts, limits)
         return RoomPage(
             room=room,
             now=now,
@@ -176,11 +175,7 @@ class Ops:
         """One line of the rooms overview: task counts, stuck count, locks held, agents
         online and the log's head."""
         parts = await self._parts(room)
-        rows = [task_row(r.value, parts.now) for r in parts.tasks]
-        locks = lock_rows(parts.locks, parts.waiters, parts.now)
-        cursors = cursor_rows(parts.cursors, parts.last_seq)
-        effects = [effect_row(r.value) for r in parts.effects]
-        stuck = stuck_list(rows, locks, cursors, effects, parts.now, thresholds or self.thresholds)
+        rows, locks, _, _, stuck = _judge(parts, thresholds or self.thresholds)
         return RoomSummary(
             room=room,
             tasks=_count(r.status for r in rows),
@@ -359,6 +354,23 @@ class Ops:
 # ------------------------------------------------------------------ rows (pure)
 
 
+def _judge(
+    parts: _Parts, limits: Thresholds
+) -> tuple[list[TaskRow], list[LockRow], list[CursorRow], list[EffectRow], list[Stuck]]:
+    """The rows of a room's parts, and what among them is stuck."""
+    rows = [task_row(r.value, parts.now) for r in parts.tasks]
+    locks = lock_rows(parts.locks, parts.waiters, parts.now)
+    cursors = cursor_rows(parts.cursors, parts.last_seq)
+    effects = [effect_row(r.value) for r in parts.effects]
+    return (
+        rows,
+        locks,
+        cursors,
+        effects,
+        stuck_list(rows, locks, cursors, effects, parts.now, limits),
+    )
+
+
 def _count(values: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for value in values:
@@ -382,23 +394,26 @@ def event_row(event: Event) -> EventRow:
 
 def task_row(value: Mapping[str, Any], now: float) -> TaskRow:
     """One task as shown: its state ``"expired, reclaimable"`` when it is claimed and its
-    lease ran out by ``now`` (the store clock of the read)."""
+    lease ran out by ``now`` (the store clock of the read), ``"expired, last attempt"``
+    when that was its last attempt (the next claim fails it)."""
     status = str(value.get("status"))
     expires = _float(value.get("lease_expires"))
     claimed = status == CLAIMED
     expired = claimed and (expires or 0.0) <= now
     fence = value.get("fence") or None
+    attempts, limit = int(value.get("attempts") or 0), int(value.get("max_attempts") or 0)
+    state = (EXPIRED if attempts < limit else EXPIRED_LAST) if expired else status
     return TaskRow(
         id=str(value.get("id")),
         status=status,
-        state=EXPIRED if expired else status,
+        state=state,
         owner=value.get("owner"),
         lease_remaining=max(0.0, expires - now) if claimed and expires is not None else None,
         fence=fence,
-        attempts=int(value.get("attempts") or 0),
+        attempts=attempts,
         deps=list(value.get("deps") or []),
         title=str(value.get("title") or ""),
-        max_attempts=int(value.get("max_attempts") or 0),
+        max_attempts=limit,
         lease_expires=expires if claimed else None,
         lease_granted_at=_float(value.get("lease_granted_at")),
         lease_renewed_at=_float(value.get("lease_renewed_at")),
@@ -533,11 +548,11 @@ def stuck_list(
     """What is stuck, most urgent first: by kind (:data:`URGENCY`), then oldest first."""
     out: list[Stuck] = []
     for t in tasks:
-        if t.state == EXPIRED:
+        if t.state in (EXPIRED, EXPIRED_LAST):
+            then = "the next claim fails it" if t.state == EXPIRED_LAST else "nobody reclaimed it"
             detail = (
                 f"held by {t.owner}, lease expired {_ago(t.lease_expires, now)} "
-                f"(attempt {t.attempts} of {t.max_attempts}, fence {t.fence}); "
-                "nobody reclaimed it"
+                f"(attempt {t.attempts} of {t.max_attempts}, fence {t.fence}); {then}"
             )
             out.append(Stuck(EXPIRED_LEASE, t.id, detail, t.lease_expires))
         elif t.status == FAILED and t.attempts >= t.max_attempts:
