@@ -50,7 +50,7 @@ def _banner(url: str, host: str, port: int, dev: bool) -> list[Text]:
             "  store ",
             literal(shown_url(url)),
             "; API /v1, described at /openapi.json; ",
-            "MCP /mcp; metrics /metrics",
+            "MCP /mcp; metrics /metrics; dashboard /ui",
         ),
     ]
 

@@ -7,8 +7,9 @@ number of processes can serve one store.
 Besides ``/v1`` the app answers ``/healthz`` (the process is up), ``/readyz`` (the store
 answers a read within ``READY_TIMEOUT``, else 503), ``/metrics`` (Prometheus text:
 the default registry, which holds the commit loop's error counters, the HTTP error
-counter and :class:`~agentrooms.metrics.OperatorMetrics`) and ``/openapi.json``. Every
-answer carries an ``X-Request-Id`` and is logged and counted (:mod:`.observe`).
+counter and :class:`~agentrooms.metrics.OperatorMetrics`), ``/openapi.json`` and the
+operator dashboard at ``/ui`` (:mod:`.ui`). Every answer carries an ``X-Request-Id`` and
+is logged and counted (:mod:`.observe`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agentrooms.errors import AgentroomsError, StoreUnavailable
 from agentrooms.metrics import default_metrics
 from agentrooms.rooms import Rooms
 from agentrooms.rooms.keys import REGISTRY as ROOM_REGISTRY
+from agentrooms.server import ui
 from agentrooms.server.auth import AuthConfig
 from agentrooms.server.envelope import error_response, install_handlers
 from agentrooms.server.gate import Gate
@@ -70,6 +72,8 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
     install_handlers(app)
     for module in (rooms, tasks, docs, events, presence, locks, operator):
         app.include_router(module.router, prefix="/v1")
+    app.include_router(ui.tickets, prefix="/v1")
+    app.include_router(ui.pages)
     _operations(app, store)
     app.add_middleware(Gate, store=store, auth=auth, limits=limits)
     app.state.templates = Templates(app)  # mount_mcp adds /mcp to it

@@ -56,6 +56,7 @@ __all__ = [
     "mint",
     "parse_bearer",
     "parse_token",
+    "principal_of",
     "revoke",
 ]
 
@@ -279,12 +280,26 @@ async def authenticate(store: Store, token_id: str, secret: str) -> tuple[Princi
     stored = "" if record is None else str(record.value.get("hash", ""))
     if not hmac.compare_digest(hash_secret(secret), stored) or record is None:
         raise Unauthorized("unknown or invalid token")
-    info = TokenInfo.from_value(record.value)
+    return _valid(TokenInfo.from_value(record.value), snap.now).principal(), stored
+
+
+async def principal_of(store: Store, token_id: str) -> Principal:
+    """The principal of the token with id ``token_id`` (no secret: for a caller that
+    proved it otherwise, e.g. a stream ticket the token minted); ``Unauthorized`` for an
+    unknown, expired or revoked token. One read of the token's record."""
+    snap = await store.read(AUTH_ROOM, [_key(token_id)])
+    record = snap.get(_key(token_id))
+    if record is None:
+        raise Unauthorized("unknown or invalid token")
+    return _valid(TokenInfo.from_value(record.value), snap.now).principal()
+
+
+def _valid(info: TokenInfo, now: float) -> TokenInfo:
     if info.revoked_at is not None:
         raise Unauthorized("token revoked")
-    if info.expires_at <= snap.now:
+    if info.expires_at <= now:
         raise Unauthorized("token expired")
-    return info.principal(), stored
+    return info
 
 
 def dev_principal(config: AuthConfig, agent: str | None) -> Principal:

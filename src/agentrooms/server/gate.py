@@ -6,7 +6,12 @@ In order, each step answering with the error envelope and ending the request:
 1. a token in the query string (``token`` / ``access_token``): ``401``, and it is not used;
 2. a ``Content-Length`` over the body limit: ``413`` before a byte of the body is read;
 3. under ``/v1/``: the bearer token (one read of its record in the reserved ``_auth``
-   room), or dev mode's caller: ``401``;
+   room), or dev mode's caller, or, for the operator stream only
+   (``GET /v1/ops/rooms/R/stream?ticket=T`` without an ``Authorization`` header), a
+   single-use stream ticket (:mod:`.tickets`): ``401``. The dashboard's pages (``/ui``,
+   ``/ui/rooms/R``; not its static files) are admitted the same way when they carry an
+   ``Authorization`` header or the server is in dev mode, and pass through without a
+   caller otherwise (the page then answers ``401`` itself);
 4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
    *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
    then an event stream (``GET .../events/stream``, or an operator's change stream
@@ -53,6 +58,7 @@ from agentrooms.server.auth import (
 )
 from agentrooms.server.envelope import error_response
 from agentrooms.server.limits import HttpLimits, RateLimiter, StreamSlots, parse_json
+from agentrooms.server.tickets import redeem
 from agentrooms.store.base import Store
 
 __all__ = ["PRINCIPAL", "Gate"]
@@ -61,6 +67,8 @@ PRINCIPAL = "agentrooms.principal"
 _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
 _STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream|/v1/ops/rooms/[^/]+/stream")
+_OPS_STREAM = re.compile(r"/v1/ops/rooms/([^/]+)/stream")
+_PAGE = re.compile(r"/ui(/rooms/[^/]+)?")
 
 
 class _Gone(Exception):
@@ -94,10 +102,12 @@ class Gate:
             self._check_query(scope)
             self._check_length(headers)
             if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
-                principal = await self._admit(headers)
+                principal = await self._admit(scope, headers)
                 scope[PRINCIPAL] = principal
                 if scope["method"] == "GET" and _STREAM.fullmatch(scope["path"]):
                     stream_of = self._open_stream(principal.agent)
+            elif _PAGE.fullmatch(scope["path"]) and (self.auth.dev or "authorization" in headers):
+                scope[PRINCIPAL] = await self._admit(scope, headers)
             receive = await self._buffer(scope, headers, receive)
         except _Gone:
             if stream_of is not None:
@@ -139,8 +149,13 @@ class Gate:
                 "limit"
             )
 
-    async def _admit(self, headers: Headers) -> Principal:
+    async def _admit(self, scope: Scope, headers: Headers) -> Principal:
         authorization = headers.get("authorization")
+        ticket = _ticket_of(scope) if authorization is None else None
+        if ticket is not None:
+            principal = await redeem(self.store, self.auth, ticket[1], ticket[0])
+            self._charge(principal.agent)
+            return principal
         if authorization is None and self.auth.dev:
             principal = dev_principal(self.auth, headers.get("x-agent"))
             self._charge(principal.agent)
@@ -198,6 +213,16 @@ class Gate:
         if body and _is_json(headers.get("content-type")):
             parse_json(body, self.limits)
         return _replay(body, receive)
+
+
+def _ticket_of(scope: Scope) -> tuple[str, str] | None:
+    """``(room, ticket)`` of a ``GET`` of the operator stream carrying ``?ticket=``."""
+    stream = _OPS_STREAM.fullmatch(scope["path"])
+    if scope["method"] != "GET" or stream is None:
+        return None
+    query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+    tickets = [value for name, value in query if name == "ticket"]
+    return None if not tickets else (stream.group(1), tickets[-1])
 
 
 def _is_json(content_type: str | None) -> bool:
