@@ -26,7 +26,7 @@ from agentrooms.crdt import (
 )
 from agentrooms.errors import BadRequest, StaleFence, VersionConflict
 from agentrooms.store import Put, Store
-from agentrooms.store.types import Prepared, TransactResult
+from agentrooms.store.types import Prepared, ScanPage, Snapshot, TransactResult
 from agentrooms.store.wrap import Forwarding
 from tests.conformance.sourcing_workers import interleaved
 from tests.conftest import Backend
@@ -266,3 +266,37 @@ async def test_values_whose_keys_share_a_prefix_do_not_mix(store: Store, room: s
     assert replica_key("a/x", "y") != replica_key("a%2Fx", "y")
     with pytest.raises(BadRequest, match="node id"):
         await push(store, room, "a", GCounter(), replica="")
+
+
+class CompactAfterFirstCall(Forwarding):
+    """Runs a whole compaction right after the first read or scan it forwards returns."""
+
+    def __init__(self, inner: Store, room: str, key: str) -> None:
+        super().__init__(inner)
+        self.room, self.key, self.calls = room, key, 0
+
+    async def _after_call(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            assert await compact(self.inner, self.room, self.key, GCounter) == 3
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        snapshot = await self.inner._read(room, keys)
+        await self._after_call()
+        return snapshot
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        page = await self.inner._scan(room, prefix, after, limit)
+        await self._after_call()
+        return page
+
+
+async def test_a_load_overtaken_by_a_compaction_misses_nothing(store: Store, room: str) -> None:
+    await push(store, room, "n", GCounter().increment("old", 7), replica="old")
+    await compact(store, room, "n", GCounter)  # a base, as well as replica records
+    for node in ("a", "b", "c"):
+        await push(store, room, "n", GCounter().increment(node, 1), replica=node)
+    racing = CompactAfterFirstCall(store, room, "n")
+    loaded = await load(racing, room, "n", GCounter, compact_above=None)
+    assert racing.calls == 2  # the compaction ran between the load's scan and its read
+    assert loaded is not None and loaded.value == 10
