@@ -77,12 +77,15 @@ async def _replica_records(store: Store, room: str, key: str) -> list[Record]:
         after = got.next_after
 
 
-def _fold(kind: type[C], values: Sequence[object], start: C | None = None) -> C | None:
-    merged = start
-    for value in values:
-        replica = kind.from_json(value)
-        merged = replica if merged is None else merged.merge(replica)
-    return merged
+def _fold(kind: type[C], values: Sequence[object]) -> C | None:
+    """The merge of ``values`` (JSON forms of ``kind``), merged pairwise in rounds: a
+    merge costs the size of its inputs, so each round costs the size of the state once,
+    where merging one by one into a growing value would cost it once per value."""
+    level = [kind.from_json(value) for value in values]
+    while len(level) > 1:
+        pairs = [level[i].merge(level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = pairs + level[len(level) - len(level) % 2 :]
+    return level[0] if level else None
 
 
 async def push(store: Store, room: str, key: str, local: Crdt, *, replica: str) -> int:
