@@ -300,3 +300,21 @@ async def test_a_load_overtaken_by_a_compaction_misses_nothing(store: Store, roo
     loaded = await load(racing, room, "n", GCounter, compact_above=None)
     assert racing.calls == 2  # the compaction ran between the load's scan and its read
     assert loaded is not None and loaded.value == 10
+
+
+async def test_a_load_that_loses_the_base_to_another_compaction_leaves_it_the_folding(
+    store: Store, room: str
+) -> None:
+    for i in range(5):
+        await push(store, room, "n", GCounter().increment(f"r{i}"), replica=f"r{i}")
+
+    async def compact_first(n: int, compares: list[Any]) -> None:
+        if n == 1:  # another reader's compaction gets to the base first
+            assert await compact(store, room, "n", GCounter) == 5
+
+    racing = Interposed(store, before=compact_first)
+    loaded = await load(racing, room, "n", GCounter, compact_above=4)
+    assert loaded is not None and loaded.value == 5
+    assert racing.calls == 1  # its compare-and-swap of the base failed; no deletes sent
+    assert (await store.scan(room, "crdt/")).records == []
+    assert await load(store, room, "n", GCounter) == loaded

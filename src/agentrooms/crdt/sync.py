@@ -16,7 +16,9 @@ The room's value is the merge of the base and every replica record.
   returned, or use a fresh replica id); a replica id names one sequential writer.
 * ``load`` reads the value: a prefix scan of the replica records, then the base. Cost:
   the base plus one record per replica that pushed since the last compaction. A load
-  that finds more than ``compact_above`` replica records compacts them.
+  that finds more than ``compact_above`` replica records compacts them: one
+  compare-and-swap of the base it read (if another compaction changed the base
+  meanwhile, the load leaves the folding to it), then the deletes as below.
 * ``sync`` is ``load``, merge with the local value, and ``push`` of the merge if it adds
   anything to the room; it returns the merge. Records of another kind under ``key`` raise
   ``BadRequest`` before anything is written.
@@ -42,7 +44,7 @@ from agentrooms.errors import VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.store.base import Store
-from agentrooms.store.types import Compare, Delete, Put, Record, VersionIs, Write
+from agentrooms.store.types import Absent, Compare, Delete, Put, Record, VersionIs, Write
 
 __all__ = ["COMPACT_ABOVE", "SYNC_POLICY", "compact", "load", "push", "replica_key", "sync"]
 
@@ -104,7 +106,6 @@ async def load(
     kind: type[C],
     *,
     compact_above: int | None = COMPACT_ABOVE,
-    metrics: Metrics | None = None,
 ) -> C | None:
     """The room's value of ``key`` as a ``kind`` (the merge of its base and replica
     records), or None if it has none. Compacts when it finds more than ``compact_above``
@@ -113,7 +114,12 @@ async def load(
     base = (await store.read(room, [key])).get(key)
     merged = _fold(kind, [r.value for r in replicas] + ([] if base is None else [base.value]))
     if compact_above is not None and len(replicas) > compact_above and merged is not None:
-        await _compact(store, room, key, merged, replicas, metrics)
+        compare: Compare = Absent(key) if base is None else VersionIs(key, base.version)
+        try:  # one attempt: a base changed meanwhile was written by another compaction
+            await store.transact(room, [compare], [Put(key, merged.to_json())])
+        except VersionConflict:
+            return merged
+        await _delete_folded(store, room, replicas)
     return merged
 
 
@@ -126,17 +132,7 @@ async def compact(
     merged = _fold(kind, [r.value for r in replicas])
     if merged is None:
         return 0
-    return await _compact(store, room, key, merged, replicas, metrics)
 
-
-async def _compact(
-    store: Store,
-    room: str,
-    key: str,
-    merged: Crdt,
-    replicas: list[Record],
-    metrics: Metrics | None,
-) -> int:
     def fold(view: View, value: Crdt) -> Change:
         stored = view.get(key)
         current = None if stored is None else type(value).from_json(stored)
@@ -144,6 +140,12 @@ async def _compact(
         return Change() if result == current else Change(writes=[Put(key, result.to_json())])
 
     await commit(store, room, fold, merged, keys=[key], policy=SYNC_POLICY, metrics=metrics)
+    return await _delete_folded(store, room, replicas)
+
+
+async def _delete_folded(store: Store, room: str, replicas: list[Record]) -> int:
+    """Delete each of ``replicas`` whose version is still the one read (the others were
+    pushed again since); their state is in the base already. Returns how many went."""
     pending = {r.key: r.version for r in replicas}
     deleted = 0
     while pending:
@@ -153,6 +155,8 @@ async def _compact(
         try:
             await store.transact(room, compares, writes)
         except VersionConflict as conflict:  # pushed again meanwhile: keep those
+            if not set(conflict.conflicts) & set(chunk):
+                raise
             for k in conflict.conflicts:
                 pending.pop(k, None)
             continue
@@ -170,12 +174,11 @@ async def sync(
     *,
     replica: str,
     compact_above: int | None = COMPACT_ABOVE,
-    metrics: Metrics | None = None,
 ) -> C:
     """Merge ``local`` with the room's value of ``key``, push the merge as replica
     ``replica`` if it adds anything to the room, and return it. Never rejected."""
     check_node(replica)
-    stored = await load(store, room, key, type(local), compact_above=compact_above, metrics=metrics)
+    stored = await load(store, room, key, type(local), compact_above=compact_above)
     merged = local if stored is None else local.merge(stored)
     if merged != stored:
         await push(store, room, key, merged, replica=replica)
