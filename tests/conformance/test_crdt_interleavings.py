@@ -31,7 +31,7 @@ from agentrooms.store.types import ScanPage, Snapshot
 from tests.conftest import Backend
 from tests.helpers import Interposed
 
-REPLICAS = 3
+REPLICAS = 4
 KEY = "value"
 
 Update = Callable[[Any, str, HybridClock, Any], Any]
