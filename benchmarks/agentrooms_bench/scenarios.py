@@ -34,9 +34,10 @@ writer             designated writer: read, think, submit a *conditional* intent
                    applies the queue. Rejected: intents whose predicate no longer held
 log                append-only log: think, append one event (no compare, never rejected);
                    the state is the fold of the log (its cost is reported as ``fold_ms``)
-crdt               CRDT G-counter: think, increment the local replica, ``sync`` (merge with
-                   the room's copy; a conflicting merge is retried, never surfaced).
-                   Rejected: conflicting merge writes
+crdt               CRDT G-counter: think, increment the local replica, ``push`` it to the
+                   agent's own replica record (one unconditional write; the state is the
+                   merge of the replica records, its cost reported as ``read_ms``).
+                   Rejected: none can be
 raw                the raw client's compare-and-set loop (see :mod:`.raw`) with full jitter:
                    the baseline every other policy is divided by
 blind              BROKEN ON PURPOSE (hidden): read, think, unconditional write. It loses
@@ -59,7 +60,7 @@ from typing import Any, ClassVar
 from prometheus_client import CollectorRegistry
 
 from agentrooms.commit import Change, Intent, View, Where, commit
-from agentrooms.crdt import GCounter, sync
+from agentrooms.crdt import GCounter, load, push
 from agentrooms.errors import ContentionExhausted, LockHeld, StaleFence, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.reliability.stores import Target
@@ -529,36 +530,25 @@ class CrdtCounter(Scenario):
 
     def agent(self, i: int) -> Op:
         store, node = AgentStore(self.env.store(i)), agent_name(i)
-        policy = RetryPolicy(
-            max_attempts=1_000_000, budget=self.env.budget, backoff=FullJitter(0.001, 0.05)
-        )
         local = [GCounter()]
 
         async def op(op_id: str) -> Outcome:
             await _think(self.env.think)
             mark = store.mark()
             local[0] = local[0].increment(node)
-            try:
-                local[0] = await sync(
-                    store,
-                    self.env.room,
-                    self.KEY,
-                    local[0],
-                    policy=policy,
-                    metrics=self.env.metrics,
-                )
-            except ContentionExhausted:
-                writes, conflicts = store.since(mark)
-                # still in the local replica: the next sync carries it to the room
-                return Outcome("exhausted", writes, conflicts, doubt=True)
+            await push(store, self.env.room, self.KEY, local[0], replica=node)
             writes, conflicts = store.since(mark)
             return Outcome("ok", writes, conflicts)
 
         return op
 
     async def applied(self) -> Applied:
-        value = (await self.env.stores[0].read(self.env.room, [self.KEY])).value(self.KEY)
-        counter = GCounter() if value is None else GCounter.from_json(value)
+        store, room = self.env.stores[0], self.env.room
+        started = time.perf_counter()
+        counter = await load(store, room, self.KEY, GCounter, compact_above=None)
+        self.extra["read_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        counter = counter or GCounter()
+        self.extra["replicas"] = len(counter.counts)
         return Applied(counts={int(node[1:]): n for node, n in counter.counts.items()})
 
 
@@ -653,7 +643,7 @@ DESCRIPTIONS = {
     "writer": "designated writer applying conditional intents in order; rejection = "
     "intents whose predicate no longer held",
     "log": "append-only log, state as the fold of the log",
-    "crdt": "CRDT G-counter, local increment + sync (merge)",
+    "crdt": "CRDT G-counter, local increment + push to its own replica record",
     "raw": "raw client compare-and-set loop (full jitter): the ratio's denominator",
     "blind": "BROKEN on purpose: unconditional write (must be caught losing updates)",
 }

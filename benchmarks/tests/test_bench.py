@@ -41,6 +41,17 @@ def records(out: Path) -> list[dict[str, object]]:
     return found
 
 
+def check_crdt_cells(finished: list[dict[str, object]]) -> None:
+    """Each CRDT replica writes its own record: no write rejected, one record each."""
+    crdt = [c for c in finished if c["kind"] == "policy" and c["policy"] == "crdt"]
+    for cell in crdt:
+        closed, extra = cell["closed"], cell["extra"]
+        assert isinstance(closed, dict) and isinstance(extra, dict)
+        assert closed["ops"] > 0 and closed["rejected"] == 0, cell["cell"]
+        assert extra["replicas"] == cell["writers"] and extra["read_ms"] > 0
+    assert crdt
+
+
 def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "memory"
     args = ["--quick", "--url", "memory://", "--out", str(out), "--writers", "1,4", *TINY]
@@ -68,6 +79,7 @@ def test_quick_on_memory_writes_everything_and_resumes(tmp_path: Path) -> None:
         check = cell["check"]
         assert isinstance(check, dict)
         assert check["lost"] == 0 and check["duplicated"] == 0, cell["cell"]
+    check_crdt_cells(finished)
     ops = records(out)
     assert ops and {"cell", "op", "start", "latency", "outcome", "attempts"} <= set(ops[0])
     assert {r["phase"] for r in ops} >= {"warmup", "closed", "open"}
