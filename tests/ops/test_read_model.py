@@ -48,6 +48,8 @@ async def test_the_2am_room_shows_every_stuck_item(store: Store, room: str) -> N
     }
     kinds = [i["kind"] for i in doc["stuck"]]
     assert kinds[0] == "expired_lease" and kinds[-1] == "cursor_lagging"
+    (failed,) = [i for i in doc["stuck"] if i["kind"] == "failed_at_limit"]
+    assert failed["detail"].endswith("(1 of 1): exit status 137"), failed["detail"]
     assert doc["last_seq"] == seeded.last_seq
     assert doc["plan"]["total"] == s.TASKS
     assert sum(doc["plan"]["counts"].values()) == s.TASKS

@@ -16,6 +16,7 @@ from ``now`` and the task's ``lease_expires``. Fields that newer writers record 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -556,7 +557,7 @@ def stuck_list(
             )
             out.append(Stuck(EXPIRED_LEASE, t.id, detail, t.lease_expires))
         elif t.status == FAILED and t.attempts >= t.max_attempts:
-            error = "" if t.error is None else f": {str(t.error)[:200]}"
+            error = "" if t.error is None else f": {_said(t.error)[:200]}"
             detail = f"failed at its attempt limit ({t.attempts} of {t.max_attempts}){error}"
             out.append(Stuck(FAILED_AT_LIMIT, t.id, detail, None))
     for lock in locks:
@@ -585,3 +586,11 @@ def stuck_list(
         out,
         key=lambda s: (rank[s.kind], s.since is None, s.since or 0.0, s.subject),
     )
+
+
+def _said(error: object) -> str:
+    """A task's recorded error as a line of text: its ``message`` if it has one (what
+    ``fail`` records), else its JSON."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return error if isinstance(error, str) else json.dumps(error, ensure_ascii=False)
