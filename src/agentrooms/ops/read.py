@@ -591,6 +591,6 @@ def stuck_list(
 def _said(error: object) -> str:
     """A task's recorded error as a line of text: its ``message`` if it has one (what
     ``fail`` records), else its JSON."""
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+    if isinstance(error, dict) and isinstance(message := error.get("message"), str):
+        return message
     return error if isinstance(error, str) else json.dumps(error, ensure_ascii=False)
