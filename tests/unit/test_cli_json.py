@@ -128,7 +128,13 @@ def test_every_read_command_prints_one_json_document(url: str) -> None:
     code, out, _ = run("tail", "r1", "--url", url, "--after", "0", "--count", "3", "--json")
     events = [json.loads(line) for line in out.splitlines()]  # a stream: one per line
     assert code == 0 and [e["seq"] for e in events] == [1, 2, 3]
-    assert events[0]["type"] == "room.created" and set(events[0]) == {"seq", "type", "data", "time"}
+    assert events[0]["type"] == "room.created" and set(events[0]) == {
+        "seq",
+        "type",
+        "data",
+        "time",
+        "author",
+    }
 
     code, out, _ = run("tokens", "list", "--url", url, "--json")
     tokens = parse(out)["tokens"]

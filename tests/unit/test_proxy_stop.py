@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentrooms.reliability.proxy import TcpProxy
 
 
@@ -42,3 +44,51 @@ async def test_stop_ends_every_pump_of_live_and_blackholed_connections() -> None
         await server.wait_closed()
     assert all(task.done() for task in pumps)
     assert not proxy._pumps
+
+
+async def test_a_connection_that_lost_bytes_to_a_drop_never_forwards_again() -> None:
+    """A drop cuts a hole in the client's stream: the rest must not reach the server as
+    if it followed on (a server would answer out of step), and the heal resets it."""
+    received = bytearray()
+
+    async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1024):
+            received.extend(data)
+
+    server = await asyncio.start_server(sink, "127.0.0.1", 0)
+    proxy = TcpProxy(("127.0.0.1", server.sockets[0].getsockname()[1]))
+    proxy.start()
+    try:
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        writer.write(b"one ")
+        await writer.drain()
+        for _ in range(100):
+            if received:
+                break
+            await asyncio.sleep(0.01)
+        proxy.dropping = True
+        writer.write(b"lost ")
+        await writer.drain()
+        for _ in range(100):
+            if proxy.dropped:
+                break
+            await asyncio.sleep(0.01)
+        proxy.dropping = False
+        writer.write(b"after the hole")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        assert bytes(received) == b"one "
+        await proxy.run(_heal_drop(proxy))
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(reader.read(10), 5)
+    finally:
+        writer.close()
+        await asyncio.to_thread(proxy.stop)
+        server.close()
+        await server.wait_closed()
+
+
+async def _heal_drop(proxy: TcpProxy) -> None:
+    from agentrooms.reliability.proxy import Drop
+
+    await Drop(proxy)._set(False)

@@ -47,6 +47,7 @@ class _Link:
     client: asyncio.StreamWriter
     target: asyncio.StreamWriter | None = None
     blackholed: bool = False
+    lost: bool = False  # some of the client's bytes were dropped: it never forwards again
 
 
 def _rst(writer: asyncio.StreamWriter | None) -> None:
@@ -197,7 +198,9 @@ class TcpProxy:
     ) -> None:
         try:
             while data := await source.read(CHUNK):
-                if self.blackholing or sink is None or (upstream and self.dropping):
+                if upstream and (self.dropping or link.lost):
+                    link.lost = True  # what follows a hole in the stream must not arrive
+                if self.blackholing or sink is None or link.lost:
                     self.dropped += len(data)
                     continue
                 if self.delay:
@@ -256,12 +259,17 @@ class Delay(_ProxyFault):
 
 
 class Drop(_ProxyFault):
-    """The client's bytes are discarded; connections stay open."""
+    """The client's bytes are discarded; connections stay open. A connection that lost
+    bytes forwards nothing more, and the heal resets it: a TCP stream cannot go on past
+    a hole (it would deliver the rest as if nothing were missing, and a server would
+    read the next command as the end of the cut one, answering out of step)."""
 
     name = "proxy drop"
 
     async def _set(self, on: bool) -> None:
         self.proxy.dropping = on
+        if not on:
+            self.proxy._reset_all(lambda link: link.lost)
 
 
 class Reset(_ProxyFault):
