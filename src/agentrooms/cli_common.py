@@ -222,12 +222,12 @@ def _report(exc: AgentroomsError, url: str | None = None) -> int:
     return exit_code(exc)
 
 
-def _need_server(command: str) -> None:
-    """Exit with a usage error naming the ``server`` extra if it is not installed."""
+def _need_extra(extra: str, command: str) -> None:
+    """Exit with a usage error naming ``extra`` if it is not installed."""
     from agentrooms.extras import MissingExtra, require
 
     try:
-        require("server", command)
+        require(extra, command)
     except MissingExtra as exc:
         fail("not_installed", exc, EXIT_USAGE)
 

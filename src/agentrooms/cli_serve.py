@@ -18,7 +18,7 @@ from agentrooms.cli_common import (
     JsonOption,
     RoomArg,
     UrlOption,
-    _need_server,
+    _need_extra,
     _prepare,
     _report,
     _run,
@@ -93,7 +93,7 @@ def serve(
     ] = "text",
 ) -> None:
     """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
-    _need_server("agentrooms serve")
+    _need_extra("server", "agentrooms serve")
     from agentrooms.server import AuthConfig, HttpLimits, check_bind
     from agentrooms.server import serve as run_server
 
@@ -129,7 +129,7 @@ def mcp(
     """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
 
     stdout carries only the protocol: the store it serves and any error go to stderr."""
-    _need_server("agentrooms mcp")
+    _need_extra("mcp", "agentrooms mcp")
     from agentrooms.server.mcp.stdio import run_stdio
 
     _prepare(url)
