@@ -421,3 +421,29 @@ def test_serve_advertises_only_paths_that_answer() -> None:
     assert got.pop("/docs") == 404
     got.pop("/mcp")  # mounted by serve itself; tested with the MCP server
     assert got == dict.fromkeys(got, 200)
+
+
+def test_serve_has_a_flag_and_a_variable_for_every_limit() -> None:
+    import dataclasses
+
+    from typer.main import get_command
+
+    from agentrooms.cli_serve import limit_envvar
+    from agentrooms.server import HttpLimits
+
+    serve = get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    options = {p.name: p for p in serve.params}
+    for field in dataclasses.fields(HttpLimits):
+        option = options[field.name]
+        assert option.opts == ["--" + field.name.replace("_", "-")]
+        assert option.envvar == limit_envvar(field.name)
+        assert option.default == (0 if field.default is None else field.default)
+    assert options["port"].envvar == "AGENTROOMS_PORT"
+
+
+def test_serve_refuses_a_limit_out_of_range(url: str) -> None:
+    result = runner.invoke(
+        app, ["serve", "--dev", "--url", url], env={"AGENTROOMS_MAX_BODY_BYTES": "0"}
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "max_body_bytes must be at least 1" in result.stderr
