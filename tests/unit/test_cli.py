@@ -475,3 +475,13 @@ def test_spans_read_as_a_person_says_them() -> None:
     assert [span(s) for s in (0, 42, 89, 90, 720, 5399, 5400, 3 * 3600, 2 * 86_400, -7200)] == [
         "0 s", "42 s", "89 s", "2 min", "12 min", "90 min", "2 h", "3 h", "2 d", "2 h",
     ]  # fmt: skip
+
+
+def test_version_prints_the_distributions_version() -> None:
+    from importlib.metadata import version
+
+    import agentrooms
+
+    code, out, _ = invoke_split("--version")
+    assert code == 0 and out == f"agentrooms {agentrooms.__version__}\n"
+    assert agentrooms.__version__ == version("agentrooms")  # one source: the built metadata
