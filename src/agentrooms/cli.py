@@ -15,9 +15,11 @@ the code of the error's family (:data:`EXIT_CODES`, also in docs/surfaces.md).
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import typer
 
+from agentrooms import __version__
 from agentrooms.cli_common import (
     DEFAULT_URL,
     EXIT_CODES,
@@ -77,6 +79,26 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        print(f"agentrooms {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    del version  # handled by its eager callback
+
+
 app.add_typer(rooms_app, name="rooms")
 app.add_typer(plan_app, name="plan")
 app.add_typer(tokens_app, name="tokens")

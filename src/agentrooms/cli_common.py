@@ -222,12 +222,12 @@ def _report(exc: AgentroomsError, url: str | None = None) -> int:
     return exit_code(exc)
 
 
-def _need_server(command: str) -> None:
-    """Exit with a usage error naming the ``server`` extra if it is not installed."""
+def _need_extra(extra: str, command: str) -> None:
+    """Exit with a usage error naming ``extra`` if it is not installed."""
     from agentrooms.extras import MissingExtra, require
 
     try:
-        require("server", command)
+        require(extra, command)
     except MissingExtra as exc:
         fail("not_installed", exc, EXIT_USAGE)
 
@@ -250,8 +250,18 @@ def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
         raise typer.Exit(_report(exc, url)) from exc
 
 
+def span(seconds: float) -> str:
+    """A length of time as a person reads it, in one unit rounded: ``42 s``, ``12 min``,
+    ``3 h``, ``30 d`` (seconds up to 90, minutes up to 90, hours up to 36)."""
+    seconds = abs(seconds)
+    for unit, size, upto in (("s", 1, 90), ("min", 60, 90 * 60), ("h", 3600, 36 * 3600)):
+        if seconds < upto:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds / 86_400:.0f} d"
+
+
 def _when(ts: float | None, now: float) -> str:
+    """``ts`` (store clock) from ``now``: ``in 3 h``, ``2 d ago``, or ``-`` for none."""
     if ts is None:
         return "-"
-    delta = ts - now
-    return f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
+    return f"in {span(ts - now)}" if ts >= now else f"{span(now - ts)} ago"

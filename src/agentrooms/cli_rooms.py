@@ -283,7 +283,9 @@ def tokens_revoke(
 
 @tokens_app.command("list")
 def tokens_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
-    """List tokens (never their secrets).
+    """List tokens (never their secrets): per token a line with its full id and expiry
+    ("expires in 3 h", "expired 2 d ago", "revoked ... ago, ..."), then its agent, rooms,
+    role and scopes, wrapped to the terminal and never cut.
 
     ``--json``: ``{"now", "tokens": [...]}``, each token's id, agent, rooms, scopes, role,
     created_at, expires_at and revoked_at (store clock)."""
@@ -299,15 +301,21 @@ def tokens_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> No
     if not tokens:
         say("no tokens in the store ", shown_url(url))
         return
-    table = Table("id", "agent", "rooms", "scopes", "role", "expires", "revoked")
+    # a heading line and indented details per token: whole at 80 columns, ids never cut
     for t in tokens:
-        table.add_row(
-            literal(t.id),
-            literal(t.agent),
-            literal(t.rooms if isinstance(t.rooms, str) else ",".join(t.rooms)),
-            literal(",".join(t.scopes)),
-            literal(t.role or ""),
-            _when(t.expires_at, now),
-            _when(t.revoked_at, now) if t.revoked_at else "",
-        )
-    console.print(table)
+        expiry = _when(t.expires_at, now)
+        state = f"expires {expiry}" if t.expires_at >= now else f"expired {expiry}"
+        if t.revoked_at is not None:
+            state = f"revoked {_when(t.revoked_at, now)}, {state}"
+        say(literal(t.id, "bold"), "  ", state)
+        rooms = t.rooms if isinstance(t.rooms, str) else ", ".join(t.rooms)
+        for label, value in (
+            ("agent", t.agent),
+            ("rooms", rooms),
+            ("role", t.role or "-"),
+            ("scopes", " ".join(sorted(t.scopes))),
+        ):
+            lines = literal(value).wrap(console, max(console.width - 12, 20), overflow="fold")
+            for i, line in enumerate(lines):
+                line.rstrip()
+                say(f"    {label if i == 0 else '':<8}", line)

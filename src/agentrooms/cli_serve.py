@@ -4,7 +4,10 @@ commands that serve a store, check it, migrate its projections, or measure it.""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, get_args, get_type_hints
 
 import typer
 from rich.table import Table
@@ -18,7 +21,7 @@ from agentrooms.cli_common import (
     JsonOption,
     RoomArg,
     UrlOption,
-    _need_server,
+    _need_extra,
     _prepare,
     _report,
     _run,
@@ -35,6 +38,7 @@ from agentrooms.errors import (
     AgentroomsError,
     VersionConflict,
 )
+from agentrooms.server.limits import HttpLimits
 from agentrooms.store import Append, Put, Store, VersionIs
 
 # --------------------------------------------------------------------------- serving
@@ -55,35 +59,86 @@ def _banner(url: str, host: str, port: int, dev: bool) -> list[Text]:
     ]
 
 
+LIMIT_HELP: dict[str, str] = {
+    "max_body_bytes": "Request body, bytes (413 past it)",
+    "max_json_depth": "Nesting depth of a JSON body (400 past it)",
+    "max_string_bytes": "One JSON string or key, bytes (400 past it)",
+    "max_items": "Items of one JSON array or members of one object (400 past it)",
+    "max_batch": "Tasks added in one request (400 past it)",
+    "rate": "Requests per second per agent, refilled continuously (429 past the burst)",
+    "burst": "Requests an idle agent may send at once",
+    "max_stream_seconds": "Seconds an event stream lasts before it ends (clients resume)",
+    "keepalive_seconds": "Seconds between keep-alive comments on an idle event stream",
+    "max_lock_wait": "Longest queue wait of one lock acquire request, seconds",
+    "max_header_bytes": "Request line and headers, bytes (431 past it)",
+    "header_timeout": "Seconds to send the request line and headers (408)",
+    "body_timeout": "Seconds to send a body once the headers are in (408)",
+    "max_connections": "Requests served at once by this process (503 past it)",
+    "max_streams_per_agent": "Open event streams, and MCP listen streams, per agent (429)",
+    "auth_failures": "Failed authentications per client address before 429",
+    "auth_failure_rate": "Per second, refilling an address's failed-auth allowance",
+}
+
+
+_LIMIT_TYPES = get_type_hints(HttpLimits)
+
+
+def _off_at_zero(name: str) -> bool:
+    """Whether the ``HttpLimits`` field ``name`` takes ``None`` (off), given as 0 here."""
+    return type(None) in get_args(_LIMIT_TYPES[name])
+
+
+def limit_envvar(name: str) -> str:
+    """The environment variable of the ``HttpLimits`` field ``name`` (``AGENTROOMS_RATE``)."""
+    return f"AGENTROOMS_{name.upper()}"
+
+
+def _with_limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` one option per :class:`HttpLimits` field, passed in its ``**limits``:
+    ``--max-body-bytes`` or ``AGENTROOMS_MAX_BODY_BYTES`` (a flag beats the variable), the
+    field's default as the option's; a field that ``None`` turns off takes 0 for off. A
+    field without help in :data:`LIMIT_HELP` is a ``KeyError`` here, at import."""
+    params = [
+        p
+        for p in inspect.signature(command, eval_str=True).parameters.values()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    for field in dataclasses.fields(HttpLimits):
+        off = _off_at_zero(field.name)
+        kind = (
+            next(t for t in get_args(_LIMIT_TYPES[field.name]) if t is not type(None))
+            if off
+            else _LIMIT_TYPES[field.name]
+        )
+        option = typer.Option(
+            envvar=limit_envvar(field.name),
+            help=LIMIT_HELP[field.name] + ("; 0 turns it off" if off else ""),
+            rich_help_panel="Limits",
+        )
+        params.append(
+            inspect.Parameter(
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=0 if field.default is None else field.default,
+                annotation=Annotated[kind, option],
+            )
+        )
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+@_with_limit_options
 def serve(
     url: UrlOption = DEFAULT_URL,
-    host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
+    host: Annotated[
+        str, typer.Option(envvar="AGENTROOMS_HOST", help="Interface to bind")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="AGENTROOMS_PORT", help="TCP port")] = 8080,
     dev: Annotated[
         bool,
         typer.Option("--dev", help="No tokens: act as the agent in X-Agent (127.0.0.1 only)"),
     ] = False,
-    max_header_bytes: Annotated[
-        int, typer.Option(help="Request line and headers, bytes (431 past it)")
-    ] = 32 * 1024,
-    header_timeout: Annotated[
-        float, typer.Option(help="Seconds to send the request line and headers (408)")
-    ] = 10.0,
-    body_timeout: Annotated[
-        float, typer.Option(help="Seconds to send a body once the headers are in (408)")
-    ] = 30.0,
-    max_connections: Annotated[
-        int, typer.Option(help="Requests served at once by this process (503 past it)")
-    ] = 1000,
-    max_streams_per_agent: Annotated[
-        int, typer.Option(help="Open event streams, and MCP listen streams, per agent (429)")
-    ] = 8,
-    auth_failures: Annotated[
-        int, typer.Option(help="Failed authentications per client address before 429")
-    ] = 20,
-    auth_failure_rate: Annotated[
-        float, typer.Option(help="Per second, refilling an address's failed-auth allowance")
-    ] = 1.0,
     log_format: Annotated[
         str,
         typer.Option(
@@ -91,23 +146,22 @@ def serve(
             help="text, or json: one JSON object per line on stderr, with request ids",
         ),
     ] = "text",
+    **limits: Any,
 ) -> None:
-    """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp."""
-    _need_server("agentrooms serve")
-    from agentrooms.server import AuthConfig, HttpLimits, check_bind
+    """Serve the HTTP API (with /metrics, /healthz, /readyz) and MCP at /mcp.
+
+    Every limit (the Limits panel of --help) is a flag or its AGENTROOMS_* environment
+    variable; a value out of range is a usage error (exit 2)."""
+    _need_extra("server", "agentrooms serve")
+    from agentrooms.server import AuthConfig, check_bind
     from agentrooms.server import serve as run_server
 
     auth = AuthConfig(dev=dev)
+    given: dict[str, Any] = {
+        k: None if v == 0 and _off_at_zero(k) else v for k, v in limits.items()
+    }
     try:
-        limits = HttpLimits(
-            max_header_bytes=max_header_bytes,
-            header_timeout=header_timeout,
-            body_timeout=body_timeout,
-            max_connections=max_connections,
-            max_streams_per_agent=max_streams_per_agent,
-            auth_failures=auth_failures,
-            auth_failure_rate=auth_failure_rate,
-        )
+        http_limits = HttpLimits(**given)
         check_bind(host, auth)
         if log_format not in ("text", "json"):
             raise ValueError(f"--log-format must be text or json, not {log_format!r}")
@@ -116,7 +170,7 @@ def serve(
     _prepare(url)
     for line in _banner(url, host, port, dev):
         console.print(line, soft_wrap=True)
-    run_server(url, host, port, auth, limits, log_format=log_format)
+    run_server(url, host, port, auth, http_limits, log_format=log_format)
 
 
 def mcp(
@@ -129,7 +183,7 @@ def mcp(
     """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
 
     stdout carries only the protocol: the store it serves and any error go to stderr."""
-    _need_server("agentrooms mcp")
+    _need_extra("mcp", "agentrooms mcp")
     from agentrooms.server.mcp.stdio import run_stdio
 
     _prepare(url)

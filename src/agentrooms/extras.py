@@ -1,11 +1,12 @@
 """The optional parts of agentrooms and the error that names the one missing.
 
 The library itself (rooms, the store, ``commit``, the CLI's store commands) needs none of
-them; ``agentrooms[server]`` adds the HTTP API and the MCP server (FastAPI, uvicorn, the
-MCP SDK); ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared stores'
-drivers; ``agentrooms[langgraph]`` the LangGraph checkpointer's base
-(:mod:`agentrooms.integrations.langgraph`); ``agentrooms[all]`` is the server and the
-stores' drivers.
+them; ``agentrooms[mcp]`` adds the MCP server on stdio (the MCP SDK, and FastAPI, whose
+request handling its tools share with the HTTP API); ``agentrooms[server]`` that and the
+HTTP API under uvicorn; ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared
+stores' drivers; ``agentrooms[langgraph]`` the LangGraph checkpointer's base
+(:mod:`agentrooms.integrations.langgraph`); ``agentrooms[all]`` is all of these.
+``agentrooms[bench]`` (not in ``all``) is the peer libraries the benchmarks measure.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ __all__ = ["EXTRAS", "MissingExtra", "require"]
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn", "mcp"),
+    "mcp": ("fastapi", "mcp"),
     "langgraph": ("langchain_core", "langgraph.checkpoint"),
 }
 

@@ -421,3 +421,67 @@ def test_serve_advertises_only_paths_that_answer() -> None:
     assert got.pop("/docs") == 404
     got.pop("/mcp")  # mounted by serve itself; tested with the MCP server
     assert got == dict.fromkeys(got, 200)
+
+
+def test_serve_has_a_flag_and_a_variable_for_every_limit() -> None:
+    import dataclasses
+
+    from typer.main import get_command
+
+    from agentrooms.cli_serve import limit_envvar
+    from agentrooms.server import HttpLimits
+
+    serve = get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    options = {p.name: p for p in serve.params}
+    for field in dataclasses.fields(HttpLimits):
+        option = options[field.name]
+        assert option.opts == ["--" + field.name.replace("_", "-")]
+        assert option.envvar == limit_envvar(field.name)
+        assert option.default == (0 if field.default is None else field.default)
+    assert options["port"].envvar == "AGENTROOMS_PORT"
+
+
+def test_serve_refuses_a_limit_out_of_range(url: str) -> None:
+    result = runner.invoke(
+        app, ["serve", "--dev", "--url", url], env={"AGENTROOMS_MAX_BODY_BYTES": "0"}
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "max_body_bytes must be at least 1" in result.stderr
+
+
+def test_tokens_list_is_whole_at_80_columns(url: str) -> None:
+    agent = "worker-" + "x" * 90  # longer than a line: folded, never cut
+    minted = [
+        invoke("tokens", "mint", agent, "--url", url, "--rooms", "contract-42,contract-43")[1],
+        invoke("tokens", "mint", "brief", "--url", url, "--ttl", "7200")[1],
+        invoke("tokens", "mint", "gone", "--url", url, "--ttl", "0.001")[1],
+    ]
+    ids = [out.strip().splitlines()[-1].split("_")[1] for out in minted]
+    assert invoke("tokens", "revoke", ids[1], "--url", url)[0] == 0
+    code, out, _ = invoke_split("tokens", "list", "--url", url, columns=80)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    heads = {line.split()[0]: line for line in out.splitlines() if not line.startswith(" ")}
+    assert set(heads) == set(ids)  # every id whole, at the start of its line
+    assert heads[ids[0]].endswith("expires in 30 d")
+    assert re.search(r"revoked \d+ s ago, expires in (2 h|1\d\d min)$", heads[ids[1]])
+    assert re.search(r"expired \d+ s ago$", heads[ids[2]])
+    assert "".join(out.split()).count(agent) == 1  # folded across lines, all of it there
+    assert "contract-42, contract-43" in out and "presence:write" in out
+
+
+def test_spans_read_as_a_person_says_them() -> None:
+    from agentrooms.cli_common import span
+
+    assert [span(s) for s in (0, 42, 89, 90, 720, 5399, 5400, 3 * 3600, 2 * 86_400, -7200)] == [
+        "0 s", "42 s", "89 s", "2 min", "12 min", "90 min", "2 h", "3 h", "2 d", "2 h",
+    ]  # fmt: skip
+
+
+def test_version_prints_the_distributions_version() -> None:
+    from importlib.metadata import version
+
+    import agentrooms
+
+    code, out, _ = invoke_split("--version")
+    assert code == 0 and out == f"agentrooms {agentrooms.__version__}\n"
+    assert agentrooms.__version__ == version("agentrooms")  # one source: the built metadata

@@ -110,8 +110,10 @@ def test_the_library_works_without_the_server_stack(tmp_path: Path) -> None:
     assert ran.stdout.splitlines() == ["done False", "loaded []"]
 
 
-@pytest.mark.parametrize("command", ["serve", "mcp"])
-def test_serve_and_mcp_without_the_server_extra_name_it(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "extra"), [("serve", "server"), ("mcp", "mcp")])
+def test_serve_and_mcp_without_their_extra_name_it(
+    command: str, extra: str, tmp_path: Path
+) -> None:
     ran = without(
         {"fastapi", "uvicorn", "mcp"},
         f"""
@@ -123,8 +125,8 @@ def test_serve_and_mcp_without_the_server_extra_name_it(command: str, tmp_path: 
         """,
     )
     assert ran.returncode == 2, ran.stderr
-    assert f"agentrooms {command} needs the server extra" in ran.stderr
-    assert "pip install 'agentrooms[server]'" in ran.stderr and "Traceback" not in ran.stderr
+    assert f"agentrooms {command} needs the {extra} extra" in ran.stderr
+    assert f"pip install 'agentrooms[{extra}]'" in ran.stderr and "Traceback" not in ran.stderr
 
 
 def test_create_app_without_the_server_extra_names_it() -> None:
