@@ -30,7 +30,7 @@ from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
-from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools
+from agentrooms.server.mcp.tools import CHANGES, DESTRUCTIVE, IDEMPOTENT, READ_ONLY, RoomTools
 from agentrooms.store.base import Store
 
 __all__ = ["INSTRUCTIONS", "AgentroomsMCP", "build_mcp"]
@@ -89,6 +89,7 @@ class AgentroomsMCP(MCPServer[Any]):
         """The tools, each with strict arguments (:mod:`.arguments`)."""
         t = self.tools
         table: list[tuple[Callable[..., Any], ToolAnnotations]] = [
+            (t.list_rooms, READ_ONLY),
             (t.join_room, IDEMPOTENT),
             (t.heartbeat, IDEMPOTENT),
             (t.who_is_online, READ_ONLY),
@@ -98,11 +99,17 @@ class AgentroomsMCP(MCPServer[Any]):
             (t.renew_lease, IDEMPOTENT),
             (t.complete_task, CHANGES),
             (t.fail_task, CHANGES),
+            (t.cancel_task, DESTRUCTIVE),
             (t.read_new_events, CHANGES),
+            (t.ack_events, IDEMPOTENT),
             (t.post_event, CHANGES),
+            (t.list_documents, READ_ONLY),
             (t.read_document, READ_ONLY),
             (t.write_document, CHANGES),
+            (t.delete_document, DESTRUCTIVE),
+            (t.list_locks, READ_ONLY),
             (t.acquire_lock, CHANGES),
+            (t.extend_lock, IDEMPOTENT),
             (t.release_lock, IDEMPOTENT),
         ]
         return [strict_tool(fn, hints, self.limits) for fn, hints in table]
