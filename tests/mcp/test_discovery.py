@@ -147,12 +147,7 @@ async def test_cancel_task_and_its_errors(store: Store, room: str) -> None:
 async def test_not_found_of_a_room_points_to_list_rooms(store: Store, room: str) -> None:
     await Rooms(store).create(room)
     async with as_token(store, {room}, {"admin"}, None) as client:
-        for tool, args in [
-            ("read_plan", {}),
-            ("list_documents", {}),
-            ("list_locks", {}),
-            ("read_new_events", {}),
-        ]:
+        for tool in ("read_plan", "list_documents", "list_locks", "read_new_events"):
             for name in (f"{room}-absent", "outside"):
-                error = err(await call(client, tool, room=name, **args), "not_found")
+                error = err(await call(client, tool, room=name), "not_found")
                 assert "list_rooms" in error["message"], (tool, error)
