@@ -39,13 +39,13 @@ async def test_join_room_tells_role_and_partition(store: Store, room: str) -> No
     await Rooms(store).create(room)
     async with as_token(store, None, {"presence:write", "docs:write"}, "qa") as client:
         body = ok(await call(client, "join_room", room=room))
-        assert body["role"] == "qa" and body["writes"] == "only its own partition 'qa/'"
+        assert body["role"] == "qa" and body["writes"] == "only its own partition 'qa'"
         ok(await call(client, "write_document", room=room, name="qa/notes", value=1, version=0))
         refused = err(
             await call(client, "write_document", room=room, name="plan", value=1, version=0),
             "forbidden",
         )
-        assert "only its own partition 'qa/'" in refused["message"]
+        assert "only its own partition 'qa'" in refused["message"]
     async with Client(build_mcp(store, agent="boss")) as client:
         body = ok(await call(client, "join_room", room=room))
         assert body["writes"] == "every document" and "role" not in body
@@ -118,10 +118,10 @@ async def test_ack_events_moves_an_explicit_cursor(store: Store, room: str) -> N
         start = ok(await call(client, "read_new_events", room=room, skip_to_latest=True))
         for n in range(3):
             ok(await call(client, "post_event", room=room, type="note", data=n))
-        first = ok(await call(client, "read_new_events", room=room, ack="explicit"))
+        first = ok(await call(client, "read_new_events", room=room, explicit=True))
         seqs = [e["seq"] for e in first["events"]]
         assert len(seqs) == 3 and first["cursor"] == start["cursor"]
-        again = ok(await call(client, "read_new_events", room=room, ack="explicit", limit=1))
+        again = ok(await call(client, "read_new_events", room=room, explicit=True, limit=1))
         assert [e["seq"] for e in again["events"]] == seqs[:1]  # not acked: returned again
         assert ok(await call(client, "ack_events", room=room, seq=seqs[1])) == {"cursor": seqs[1]}
         rest = ok(await call(client, "read_new_events", room=room))

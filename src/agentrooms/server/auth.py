@@ -134,7 +134,7 @@ class Principal:
         if self.has(ADMIN):
             return "every document"
         if self.role is not None and self.has("docs:write"):
-            return f"only its own partition {self.role + '/'!r}"
+            return f"only its own partition {self.role!r}"
         return "no document" if self.role else "no document (it has no role)"
 
 

@@ -568,17 +568,16 @@ class RoomTools:
         ctx: Context[Any, Any],
         limit: Annotated[int, Field(ge=1, le=1000, description="at most this many")] = 100,
         wait: WaitArg = 0.0,
-        ack: Annotated[
-            Literal["auto", "explicit"],
-            Field(description="explicit: your cursor stays until you ack_events (at-least-once)"),
-        ] = "auto",
+        explicit: Annotated[
+            bool, Field(description="keep your cursor until ack_events (at-least-once)")
+        ] = False,
         skip_to_latest: Annotated[
             bool,
             Field(description="move your cursor to the newest event without reading (resync)"),
         ] = False,
     ) -> CallToolResult:
         """Events you have not seen yet, oldest first, as {seq, type, data, author}, waiting
-        up to wait seconds for one; your cursor moves past them (ack=explicit: only on
+        up to wait seconds for one; your cursor moves past them (explicit: only on
         ack_events), so the next call returns only newer ones. more=true: call again."""
 
         async def body(principal: Principal, r: Room) -> Body:
@@ -586,11 +585,13 @@ class RoomTools:
             if skip_to_latest:
                 return {"events": [], "cursor": await r.events.resync(agent)}
 
+            ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
+
             async def once() -> tuple[list[Event] | None, None]:
                 return (await r.events.read_new(agent, limit, ack=ack) or None), None
 
             events = await self._until(r, wait, once)
-            if not events or ack == "explicit":
+            if not events or explicit:
                 cursor = await r.events.cursor(agent)
                 if not events:
                     return {"events": [], "cursor": cursor}
@@ -608,7 +609,7 @@ class RoomTools:
         ctx: Context[Any, Any],
     ) -> CallToolResult:
         """Move your cursor forward to seq (never back): the events up to it are handled.
-        For read_new_events with ack=explicit."""
+        For read_new_events with explicit=true."""
 
         async def body(principal: Principal, r: Room) -> Body:
             return {"cursor": await r.events.ack(principal.agent, seq)}
@@ -717,7 +718,7 @@ class RoomTools:
         room: RoomArg,
         ctx: Context[Any, Any],
         partition: Annotated[
-            str | None, Field(pattern=PARTITION, description="only this partition's")
+            str | None, Field(pattern=PARTITION, max_length=64, description="only this partition's")
         ] = None,
     ) -> CallToolResult:
         """The room's documents by name, with their versions (read_document for a value)."""
