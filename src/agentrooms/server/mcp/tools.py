@@ -75,8 +75,7 @@ RequestId = Annotated[
     Field(
         pattern=r"^[!-~]{1,64}$",
         max_length=64,
-        description="optional idempotency key: repeat a call with the same request_id and it "
-        "is applied once (use a new one for each new call)",
+        description="idempotency key: a repeat with the same one applies once",
     ),
 ]
 LeaseTtl = Annotated[
@@ -102,12 +101,12 @@ WaitArg = Annotated[
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 Subject = Literal["task", "document", "lock", "events"]
 
+# MCP's defaults (readOnlyHint and idempotentHint false) are left unsaid: the tool list
+# is read into every model's context
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
-IDEMPOTENT = ToolAnnotations(read_only_hint=False, idempotent_hint=True, open_world_hint=False)
-CHANGES = ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False)
-DESTRUCTIVE = ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
-)
+IDEMPOTENT = ToolAnnotations(idempotent_hint=True, open_world_hint=False)
+CHANGES = ToolAnnotations(open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 
 
 class TaskIn(BaseModel):
