@@ -36,9 +36,11 @@ from agentrooms.store.base import Store
 __all__ = ["INSTRUCTIONS", "AgentroomsMCP", "build_mcp"]
 
 INSTRUCTIONS = """agentrooms: shared state for a team of agents, organised in rooms.
-Loop: join_room -> claim_task -> do the work (renew_lease before the lease expires) ->
-complete_task (or fail_task) -> claim_task again; read_new_events to see what others did
-(each event is returned once). Documents: read_document gives value + version; write it
+Loop: join_room -> claim_task with wait (seconds) -> do the work (renew_lease before
+the lease expires) -> complete_task (or fail_task) -> claim_task again, until it answers
+finished=true; read_new_events (with wait) to see what others did (each event is
+returned once). list_rooms, read_plan, list_documents and list_locks show what exists.
+Documents: read_document gives value + version; write it
 back with write_document and that version; on version_conflict re-read and re-apply.
 Errors start with their type and say what to do next. Pass request_id on a call you may
 repeat so it is applied once. Hosts can listen to room://{room}/events to be told when
