@@ -354,6 +354,19 @@ async def test_ten_agents_acquire_at_once_exactly_one_holds(backend: Backend) ->
         await s.close()
 
 
+async def test_held_lists_the_held_locks_by_name_not_the_expired(room: Room) -> None:
+    assert await room.locks.held() == []
+    b = await room.locks.try_acquire("b", "B", ttl=30)
+    await room.locks.try_acquire("gone", "G", ttl=0.2)
+    a = await room.locks.try_acquire("a", "A", ttl=30)
+    await asyncio.sleep(0.4)
+    held = await room.locks.held()
+    assert [(i.name, i.owner, i.fence) for i in held] == [("a", "A", a.fence), ("b", "B", b.fence)]
+    assert held == [await room.locks.holder("a"), await room.locks.holder("b")]
+    await room.locks.release(a)
+    assert [i.name for i in await room.locks.held()] == ["b"]
+
+
 async def test_late_release_or_extend_does_not_touch_the_new_holders_lock(room: Room) -> None:
     a = await room.locks.try_acquire("plan", "A", ttl=0.2)
     await asyncio.sleep(0.4)

@@ -4,12 +4,15 @@ what to do next (pure: no server)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from mcp_types import TextContent
 
 from agentrooms import errors
-from agentrooms.server.mcp.hints import compact, error_result, hint_for, ok_result
+from agentrooms.server.mcp.hints import LISTS, compact, error_result, hint_for, ok_result
+from agentrooms.server.mcp.server import AgentroomsMCP
+from agentrooms.store.memory import MemoryStore
 
 CASES: list[tuple[errors.AgentroomsError, str]] = [
     (errors.VersionConflict({"doc/x": 4}), "re-read|read the current state again"),
@@ -25,7 +28,7 @@ CASES: list[tuple[errors.AgentroomsError, str]] = [
     (errors.CursorCompacted("r", 3, 10), "skip_to_latest=true"),
     (errors.BadRequest("no"), "fix the arguments"),
     (errors.PayloadTooLarge("big"), "smaller"),
-    (errors.NotFound("gone"), "check the name"),
+    (errors.NotFound("gone"), "read_plan"),
     (errors.Forbidden("no scope"), "report it"),
 ]
 
@@ -54,3 +57,17 @@ def test_success_is_compact_json_without_nulls() -> None:
     block = result.content[0]
     assert isinstance(block, TextContent)
     assert block.text == '{"x":1}' and result.structured_content == {"x": 1}
+
+
+@pytest.mark.parametrize("missing", sorted(LISTS))
+def test_each_not_found_points_to_a_tool_that_lists(missing: str) -> None:
+    hint = hint_for(errors.NotFound("gone"), missing=missing)
+    named = hint.next.split()[1]
+    assert named in {"list_rooms", "read_plan", "list_documents", "list_locks", "join_room"}
+    tools = {t.name for t in build_mcp_tools()}
+    assert named in tools
+
+
+def build_mcp_tools() -> list[Any]:
+    server = AgentroomsMCP(MemoryStore(), principal=None)
+    return list(server._tool_manager.list_tools())

@@ -168,7 +168,7 @@ def schemas(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 async def test_schemas_publish_every_limit(store: Store) -> None:
     async with Client(build_mcp(store, agent="alice", limits=LIMITS)) as client:
         tools = (await client.list_tools()).tools
-    assert len(tools) == 15
+    assert len(tools) == 22
     json_values = 0
     for tool in tools:
         schema = tool.input_schema
@@ -190,7 +190,7 @@ async def test_schemas_publish_every_limit(store: Store) -> None:
                 json_values += 1
                 assert f"at most {CALL_LIMIT} bytes" in sub["description"], where
                 assert f"{LIMITS.max_string_bytes} bytes" in sub["description"], where
-    assert json_values == 5  # document value, event data, task payload, result, error
+    assert json_values == 6  # document value, event data, task payload, result, error, reason
 
 
 async def test_a_malformed_body_gets_a_json_rpc_parse_error(sqlite_backend: Backend) -> None:

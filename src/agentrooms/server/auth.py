@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentrooms.errors import BadRequest, Unauthorized, VersionConflict
+from agentrooms.errors import BadRequest, Forbidden, Unauthorized, VersionConflict
 from agentrooms.rooms.documents import partition_of
 from agentrooms.rooms.keys import check_name
 from agentrooms.store.base import Store
@@ -122,6 +122,20 @@ class Principal:
             return True
         partition = partition_of(name)
         return partition is not None and partition == self.role and self.has("docs:write")
+
+    def check_doc_write(self, name: str) -> None:
+        """``Forbidden``, naming what this token may write, unless it may write ``name``."""
+        if not self.may_write_doc(name):
+            raise Forbidden(f"this token writes {self.writes()}; {name!r} needs the 'admin' scope")
+
+    def writes(self) -> str:
+        """The documents this token may write, in words: every one, its role's
+        partition, or none."""
+        if self.has(ADMIN):
+            return "every document"
+        if self.role is not None and self.has("docs:write"):
+            return f"only its own partition {self.role!r}"
+        return "no document" if self.role else "no document (it has no role)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from agentrooms.errors import Forbidden
 from agentrooms.rooms import Room, Rooms
+from agentrooms.rooms import keys as room_keys
 from agentrooms.server.auth import Principal
 from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.models import NAME_PATTERN
+from agentrooms.store.types import Record
 
 __all__ = [
     "Access",
@@ -41,6 +43,7 @@ __all__ = [
     "act_as",
     "command_id",
     "enter",
+    "held_grant",
     "limits_of",
     "rooms_of",
 ]
@@ -138,3 +141,16 @@ EventsRead = Annotated[Access, Depends(access("events:read"))]
 EventsWrite = Annotated[Access, Depends(access("events:write"))]
 PresenceWrite = Annotated[Access, Depends(access("presence:write"))]
 LocksWrite = Annotated[Access, Depends(access("locks:write"))]
+
+
+async def held_grant(room: Room, name: str, agent: str, token: str) -> Record | None:
+    """The lock's holder record if it is the grant ``token`` names (else ``None``: it
+    expired or changed hands); ``Forbidden`` if that grant is another agent's (its token
+    was passed on)."""
+    key = room_keys.lock(name)
+    record = (await room.scope.read([key])).get(key)
+    if record is None or record.value.get("token") != token:
+        return None
+    if record.value.get("owner") != agent:
+        raise Forbidden(f"that grant of lock {name!r} belongs to another agent")
+    return record

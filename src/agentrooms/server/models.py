@@ -18,6 +18,7 @@ from agentrooms.store.types import Event
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+PARTITION = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"  # a document partition (a role)
 MAX_INT = 2**53 - 1  # exact in every JSON implementation
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]

@@ -49,6 +49,7 @@ from agentrooms.store.types import (
     FenceAtMost,
     Present,
     Put,
+    Record,
     TransactResult,
     VersionIs,
     Write,
@@ -343,10 +344,18 @@ class LockCore:
         """The lock's holder, ``None`` if it is free (an expired grant holds nothing)."""
         keys.check_name(name, "lock name")
         record = (await self._scope.read([keys.lock(name)])).get(keys.lock(name))
-        if record is None:
-            return None
-        value = record.value
-        granted_at, renewed_at = grant_times(value, record.expires_at)
-        return LockInfo(
-            name, value["owner"], value["fence"], record.expires_at, granted_at, renewed_at
-        )
+        return None if record is None else _info(name, record)
+
+    async def held(self, limit: int = 1000) -> list[LockInfo]:
+        """The room's held locks by name, at most ``limit`` (one scan, one snapshot; an
+        expired grant holds nothing and is not listed)."""
+        await self._scope.read([])
+        prefix = keys.lock("")
+        page = await self._scope.store.scan(self._scope.room, prefix, None, limit)
+        return [_info(r.key[len(prefix) :], r) for r in page.records]
+
+
+def _info(name: str, record: Record) -> LockInfo:
+    value = record.value
+    granted_at, renewed_at = grant_times(value, record.expires_at)
+    return LockInfo(name, value["owner"], value["fence"], record.expires_at, granted_at, renewed_at)

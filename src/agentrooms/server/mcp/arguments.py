@@ -20,7 +20,8 @@ answer the same call alike (:func:`check_call`); the numbers come from the serve
 
 Each schema states its limits: ``maxLength``, ``maximum``/``minimum`` and ``maxItems``
 on the typed arguments, and for a free JSON value (which a schema cannot bound) its
-description (:func:`publish_limits`).
+description (:func:`publish_limits`). Schemas carry no ``title`` and descriptions no
+docstring indentation: the tool list is read into every model's context.
 """
 
 from __future__ import annotations
@@ -38,7 +39,14 @@ from agentrooms.errors import BadRequest
 from agentrooms.server.limits import HttpLimits, _check_shape
 from agentrooms.server.mcp.hints import Hint
 
-__all__ = ["body_too_large", "call_limit", "check_call", "publish_limits", "strict_tool"]
+__all__ = [
+    "body_too_large",
+    "call_limit",
+    "check_call",
+    "publish_limits",
+    "strict_tool",
+    "untitled",
+]
 
 _JSON_VALUE = "#/$defs/JsonValue"
 
@@ -58,10 +66,28 @@ def strict_tool(fn: Callable[..., Any], annotations: ToolAnnotations, limits: Ht
     config = ConfigDict(extra="forbid", strict=True)
     namespace = {"model_config": config, "__module__": lax.__module__}
     strict = cast(type[ArgModelBase], type(lax.__name__, (lax,), namespace))
-    schema = publish_limits(strict.model_json_schema(by_alias=True), limits)
+    schema = untitled(publish_limits(strict.model_json_schema(by_alias=True), limits))
+    description = " ".join((tool.description or "").split())
     return tool.model_copy(
-        update={"fn_metadata": _StrictArguments(arg_model=strict), "parameters": schema}
+        update={
+            "fn_metadata": _StrictArguments(arg_model=strict),
+            "parameters": schema,
+            "description": description,
+        }
     )
+
+
+def untitled(node: Any) -> Any:
+    """``node`` without the ``title`` of each schema (pydantic's, derived from the name
+    beside it: it costs a model's context and says nothing); a property named ``title``
+    stays."""
+    if isinstance(node, dict):
+        return {
+            k: untitled(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(node, list):
+        return [untitled(v) for v in node]
+    return node
 
 
 def call_limit(limits: HttpLimits) -> int:

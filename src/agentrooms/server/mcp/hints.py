@@ -50,6 +50,7 @@ __all__ = [
     "dumps",
     "error_result",
     "hint_for",
+    "lost_lock",
     "ok_result",
     "validation_hint",
     "verbatim",
@@ -129,9 +130,27 @@ def _subject(key: str) -> tuple[str, str]:
     return {"lockfence": "lock", "doc": "document"}.get(kind, kind), name
 
 
-def hint_for(exc: AgentroomsError, *, expires_in: float | None = None, yours: bool = False) -> Hint:
+#: what to call to see what exists, by what a ``not_found`` is missing
+LISTS = {
+    "room": "call list_rooms to see the rooms you may enter",
+    "task": "call read_plan to see the tasks and their ids",
+    "document": "call list_documents to see the documents (write_document with version 0 "
+    "creates one)",
+    "lock": "call list_locks to see the held locks",
+    "events": "call join_room to see where you stand in the log",
+}
+
+
+def hint_for(
+    exc: AgentroomsError,
+    *,
+    expires_in: float | None = None,
+    yours: bool = False,
+    missing: str = "task",
+) -> Hint:
     """The hint for a library error. ``expires_in``: seconds until a held lease or lock
-    expires (when the caller looked it up); ``yours``: the caller itself holds it."""
+    expires (when the caller looked it up); ``yours``: the caller itself holds it;
+    ``missing``: what a ``not_found`` is missing (a key of :data:`LISTS`)."""
     details = dict(exc.details())
     what = str(exc)
     if isinstance(exc, VersionConflict):
@@ -206,12 +225,7 @@ def hint_for(exc: AgentroomsError, *, expires_in: float | None = None, yours: bo
             details,
         )
     if isinstance(exc, NotFound):
-        return Hint(
-            exc.code,
-            what,
-            "check the name (join_room, read_plan and read_document show what exists)",
-            details,
-        )
+        return Hint(exc.code, what, LISTS[missing], details)
     if isinstance(exc, Forbidden):
         return Hint(exc.code, what, "you may not do this; report it to whoever runs you", details)
     if isinstance(exc, PayloadTooLarge):
@@ -253,6 +267,16 @@ def _held(exc: Held, details: dict[str, Any], expires_in: float | None, yours: b
         f"lock {exc.name!r} is held by {holder}{until}",
         "do other work and try later, or call acquire_lock with wait (seconds) to queue for it",
         details,
+    )
+
+
+def lost_lock(name: str) -> Hint:
+    """An ``extend_lock`` whose grant had already expired or changed hands."""
+    return Hint(
+        "stale_fence",
+        f"your grant of lock {name!r} expired or changed hands",
+        "discard what you did under it; acquire_lock again before writing",
+        {"lock": name},
     )
 
 

@@ -30,15 +30,17 @@ from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
-from agentrooms.server.mcp.tools import CHANGES, IDEMPOTENT, READ_ONLY, RoomTools
+from agentrooms.server.mcp.tools import CHANGES, DESTRUCTIVE, IDEMPOTENT, READ_ONLY, RoomTools
 from agentrooms.store.base import Store
 
 __all__ = ["INSTRUCTIONS", "AgentroomsMCP", "build_mcp"]
 
 INSTRUCTIONS = """agentrooms: shared state for a team of agents, organised in rooms.
-Loop: join_room -> claim_task -> do the work (renew_lease before the lease expires) ->
-complete_task (or fail_task) -> claim_task again; read_new_events to see what others did
-(each event is returned once). Documents: read_document gives value + version; write it
+Loop: join_room -> claim_task with wait (seconds) -> do the work (renew_lease before
+the lease expires) -> complete_task (or fail_task) -> claim_task again, until it answers
+finished=true; read_new_events (with wait) to see what others did (each event is
+returned once). list_rooms, read_plan, list_documents and list_locks show what exists.
+Documents: read_document gives value + version; write it
 back with write_document and that version; on version_conflict re-read and re-apply.
 Errors start with their type and say what to do next. Pass request_id on a call you may
 repeat so it is applied once. Hosts can listen to room://{room}/events to be told when
@@ -89,6 +91,7 @@ class AgentroomsMCP(MCPServer[Any]):
         """The tools, each with strict arguments (:mod:`.arguments`)."""
         t = self.tools
         table: list[tuple[Callable[..., Any], ToolAnnotations]] = [
+            (t.list_rooms, READ_ONLY),
             (t.join_room, IDEMPOTENT),
             (t.heartbeat, IDEMPOTENT),
             (t.who_is_online, READ_ONLY),
@@ -98,11 +101,17 @@ class AgentroomsMCP(MCPServer[Any]):
             (t.renew_lease, IDEMPOTENT),
             (t.complete_task, CHANGES),
             (t.fail_task, CHANGES),
+            (t.cancel_task, DESTRUCTIVE),
             (t.read_new_events, CHANGES),
+            (t.ack_events, IDEMPOTENT),
             (t.post_event, CHANGES),
+            (t.list_documents, READ_ONLY),
             (t.read_document, READ_ONLY),
             (t.write_document, CHANGES),
+            (t.delete_document, DESTRUCTIVE),
+            (t.list_locks, READ_ONLY),
             (t.acquire_lock, CHANGES),
+            (t.extend_lock, IDEMPOTENT),
             (t.release_lock, IDEMPOTENT),
         ]
         return [strict_tool(fn, hints, self.limits) for fn, hints in table]

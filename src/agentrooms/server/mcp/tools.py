@@ -12,8 +12,9 @@ a call whose answer was lost applies nothing twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
@@ -23,8 +24,10 @@ from agentrooms.errors import (
     AgentroomsError,
     BadRequest,
     Forbidden,
+    InvalidTransition,
     LeaseHeld,
     LockHeld,
+    NotFound,
     RateLimited,
     Unauthorized,
     VersionConflict,
@@ -34,7 +37,7 @@ from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.documents import check_doc_name
 from agentrooms.server.auth import Principal
-from agentrooms.server.deps import command_id, enter
+from agentrooms.server.deps import command_id, enter, held_grant
 from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits, RateLimiter
 from agentrooms.server.mcp.hints import (
@@ -43,12 +46,15 @@ from agentrooms.server.mcp.hints import (
     document_conflict,
     error_result,
     hint_for,
+    lost_lock,
     ok_result,
     verbatim,
 )
-from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN
+from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN, PARTITION
 from agentrooms.store.base import Store
 from agentrooms.store.types import Event
+
+T = TypeVar("T")
 
 __all__ = ["RoomTools", "TaskIn"]
 
@@ -69,8 +75,7 @@ RequestId = Annotated[
     Field(
         pattern=r"^[!-~]{1,64}$",
         max_length=64,
-        description="optional idempotency key: repeat a call with the same request_id and it "
-        "is applied once (use a new one for each new call)",
+        description="idempotency key: a repeat with the same one applies once",
     ),
 ]
 LeaseTtl = Annotated[
@@ -84,10 +89,24 @@ DocNameArg = Annotated[
     Field(pattern=DOC_PATTERN, max_length=193, description="document name, [partition/]name"),
 ]
 LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="lock name")]
+LockToken = Annotated[
+    str, Field(min_length=1, max_length=128, description="the token acquire_lock gave")
+]
+MAX_WAIT = 30.0  # the longest a claim_task or read_new_events call waits
+WAKE_SLACK = 0.05  # seconds past a lease's end before a waiting claim looks again
+WaitArg = Annotated[
+    float,
+    Field(ge=0, le=MAX_WAIT, description="seconds to wait if there is nothing yet (at most 30)"),
+]
+TERMINAL = frozenset({"done", "failed", "cancelled"})
+Subject = Literal["task", "document", "lock", "events"]
 
+# MCP's defaults (readOnlyHint and idempotentHint false) are left unsaid: the tool list
+# is read into every model's context
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
-IDEMPOTENT = ToolAnnotations(read_only_hint=False, idempotent_hint=True, open_world_hint=False)
-CHANGES = ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False)
+IDEMPOTENT = ToolAnnotations(idempotent_hint=True, open_world_hint=False)
+CHANGES = ToolAnnotations(open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 
 
 class TaskIn(BaseModel):
@@ -157,17 +176,36 @@ class RoomTools:
         room: str,
         scope: str,
         body: Callable[[Principal, Room], Awaitable[Body]],
+        subject: Subject = "task",
     ) -> CallToolResult:
         """Admit the caller to ``room`` with ``scope``, run ``body``, and turn its outcome
-        (or its error) into the tool result."""
+        (or its error) into the tool result; a ``not_found`` is of the room or else of
+        the tool's ``subject``."""
+
+        async def entered(principal: Principal) -> Body:
+            return await body(principal, self.enter(principal, room, scope))
+
+        return await self.answer(ctx, entered, room, subject)
+
+    async def answer(
+        self,
+        ctx: Context[Any, Any],
+        body: Callable[[Principal], Awaitable[Body]],
+        room: str | None = None,
+        subject: Subject = "task",
+    ) -> CallToolResult:
+        """Run ``body`` for the caller and turn its outcome (or its error) into the tool
+        result."""
         try:
             principal = self.principal(ctx)
             self.charge(principal)
-            return ok_result(await body(principal, self.enter(principal, room, scope)))
+            return ok_result(await body(principal))
         except _Answered as exc:
             hint = exc.hint
+        except NotFound as exc:
+            hint = hint_for(exc, missing=await self.missing(exc, room, subject, ctx))
         except AgentroomsError as exc:
-            hint = await self.explain(exc, room, ctx)
+            hint = hint_for(exc) if room is None else await self.explain(exc, room, ctx)
         except Exception:
             log.exception("MCP tool failed unexpectedly")
             hint = Hint(
@@ -184,6 +222,21 @@ class RoomTools:
         wait = self.limiter.take(principal.agent)
         if wait > 0:
             raise RateLimited(wait, f"agent {principal.agent!r} is over its call rate")
+
+    async def missing(
+        self, exc: NotFound, room: str | None, subject: Subject, ctx: Context[Any, Any]
+    ) -> str:
+        """What a ``not_found`` is missing: the room (absent, or outside the token), else
+        the tool's ``subject``."""
+        if room is None or not self.principal(ctx).may_enter(room):
+            return "room"
+        try:
+            await self.rooms.room(room).scope.read([])
+        except NotFound:
+            return "room"
+        except AgentroomsError:
+            return subject
+        return subject
 
     async def explain(self, exc: AgentroomsError, room: str, ctx: Context[Any, Any]) -> Hint:
         """The hint for ``exc``; for a held lease or lock, with when it expires."""
@@ -212,8 +265,8 @@ class RoomTools:
         status: StatusArg = "online",
     ) -> CallToolResult:
         """Enter a room: announces you as online and returns where you stand: your event
-        cursor, how many events you have not read (unread), how many tasks are ready, and
-        who is online. Call it first, then claim_task / read_new_events."""
+        cursor, how many events you have not read (unread), how many tasks are ready, who
+        is online, your role and which documents you may write. Call it first."""
 
         async def body(principal: Principal, r: Room) -> Body:
             member = await r.presence.heartbeat(principal.agent, status)
@@ -227,7 +280,7 @@ class RoomTools:
             if principal.has("rooms:read"):
                 out["online"] = {m.agent: m.status for m in await r.presence.who_is_online()}
             out["heartbeat_every"] = round((member.expires_at - member.last_seen) / 2, 1)
-            return out
+            return out | {"role": principal.role, "writes": principal.writes()}
 
         return await self.run(ctx, room, "presence:write", body)
 
@@ -330,25 +383,30 @@ class RoomTools:
             ),
         ] = None,
         ttl: LeaseTtl = 60.0,
+        wait: WaitArg = 0.0,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Claim the next ready task (or the one named) under a lease. Returns the task,
-        your fence (pass it to renew_lease / complete_task / fail_task) and when the lease
-        expires; renew it before then. {"claimed": false} when nothing is ready."""
+        """Claim the next ready task (or the one named) under a lease, waiting up to wait
+        seconds for one. Returns the task, your fence (for renew_lease / complete_task /
+        fail_task) and when the lease expires. claimed=false: finished=true means every
+        task is done, failed or cancelled (stop); else nothing is ready yet."""
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
-            lease: Lease | None
-            if task_id is None:
-                lease = await r.plan.claim_next(principal.agent, ttl=ttl, command_id=cmd)
-            else:
-                lease = await r.plan.claim(task_id, principal.agent, ttl=ttl, command_id=cmd)
-            if lease is None:
-                return {
-                    "claimed": False,
-                    "hint": "no task is ready now; read_new_events to see progress, then retry",
-                }
-            task = await r.plan.get(lease.task_id)
+
+            async def once() -> tuple[Lease | bool | None, float | None]:
+                return await self._claim_once(r, principal.agent, task_id, ttl, cmd, wait > 0)
+
+            got: Lease | bool | None = await self._until(r, wait, once)
+            if got is None or isinstance(got, bool):
+                finished = got is True
+                hint = (
+                    "every task is done, failed or cancelled: no work is left"
+                    if finished
+                    else "nothing is ready yet; call claim_task with wait (seconds) to wait"
+                )
+                return {"claimed": False, "finished": finished, "hint": hint}
+            task = await r.plan.get(got.task_id)
             return {
                 "claimed": True,
                 "task": {
@@ -358,12 +416,70 @@ class RoomTools:
                     "deps": task.deps or None,
                     "attempt": task.attempts,
                 },
-                "fence": lease.fence,
-                "expires_at": _rounded(lease.expires_at),
-                "ttl": lease.ttl,
+                "fence": got.fence,
+                "expires_at": _rounded(got.expires_at),
+                "ttl": got.ttl,
             }
 
         return await self.run(ctx, room, "lease:acquire", body)
+
+    async def _claim_once(
+        self,
+        r: Room,
+        agent: str,
+        task_id: str | None,
+        ttl: float,
+        cmd: str | None,
+        waiting: bool,
+    ) -> tuple[Lease | bool | None, float | None]:
+        """One try at a claim: the lease; ``True`` when the plan is finished (it has tasks
+        and all are done, failed or cancelled); else ``None`` with the seconds until a
+        held lease ends (it may then be reclaimed without any event). Named and
+        ``waiting``, a task not added yet, pending or leased to another is ``None`` too."""
+        if task_id is not None:
+            try:
+                return await r.plan.claim(task_id, agent, ttl=ttl, command_id=cmd), None
+            except (NotFound, LeaseHeld, InvalidTransition):
+                if not waiting:
+                    raise
+                try:
+                    tasks = [await r.plan.get(task_id)]
+                except NotFound:
+                    await r.scope.read([])  # the room itself is missing: say so
+                    return None, None
+                if tasks[0].status in TERMINAL or (
+                    tasks[0].status == "claimed" and tasks[0].owner == agent
+                ):
+                    raise
+        else:
+            lease = await r.plan.claim_next(agent, ttl=ttl, command_id=cmd)
+            if lease is not None:
+                return lease, None
+            tasks = await r.plan.tasks()
+            if tasks and all(t.status in TERMINAL for t in tasks):
+                return True, None
+        ends = [t.lease_remaining for t in tasks if t.lease_remaining is not None]
+        return None, min(ends, default=None)
+
+    async def _until(
+        self,
+        r: Room,
+        wait: float,
+        once: Callable[[], Awaitable[tuple[T | None, float | None]]],
+    ) -> T | None:
+        """Call ``once`` until it answers (not ``None``) or ``wait`` seconds pass, asleep
+        on the store's watch in between: woken by any append to the room's log, or when
+        ``once`` said something changes without one (its second value, in seconds)."""
+        deadline = time.monotonic() + wait
+        while True:
+            head = await r.store.last_seq(r.name)  # before trying: no append goes unseen
+            got, changes_in = await once()
+            left = deadline - time.monotonic()
+            if got is not None or left <= 0:
+                return got
+            if changes_in is not None:
+                left = min(left, max(changes_in, 0.0) + WAKE_SLACK)
+            await r.store.watch(r.name, head, left)
 
     def _lease(self, principal: Principal, r: Room, task_id: str, fence: int, ttl: float) -> Lease:
         return Lease(r.name, task_id, principal.agent, fence, 0.0, ttl)
@@ -428,30 +544,76 @@ class RoomTools:
 
         return await self.run(ctx, room, "lease:acquire", body)
 
+    async def cancel_task(
+        self,
+        room: RoomArg,
+        task_id: TaskIdArg,
+        ctx: Context[Any, Any],
+        reason: Annotated[JsonValue, Field(description="why (JSON)")] = None,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Cancel a task that is not finished; tasks waiting on it will not become ready."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            cmd = command_id(principal, request_id)
+            done = await r.plan.cancel(task_id, reason, command_id=cmd, author=principal.agent)
+            return {"task_id": done.id, "status": done.status}
+
+        return await self.run(ctx, room, "plan:write", body)
+
     async def read_new_events(
         self,
         room: RoomArg,
         ctx: Context[Any, Any],
         limit: Annotated[int, Field(ge=1, le=1000, description="at most this many")] = 100,
+        wait: WaitArg = 0.0,
+        explicit: Annotated[
+            bool, Field(description="keep your cursor until ack_events (at-least-once)")
+        ] = False,
         skip_to_latest: Annotated[
             bool,
             Field(description="move your cursor to the newest event without reading (resync)"),
         ] = False,
     ) -> CallToolResult:
-        """Events you have not seen yet, oldest first, as {seq, type, data, author}; your cursor
-        moves past them, so the next call returns only newer ones. more=true: call again."""
+        """Events you have not seen yet, oldest first, as {seq, type, data, author}, waiting
+        up to wait seconds for one; your cursor moves past them (explicit: only on
+        ack_events), so the next call returns only newer ones. more=true: call again."""
 
         async def body(principal: Principal, r: Room) -> Body:
+            agent = principal.agent
             if skip_to_latest:
-                return {"events": [], "cursor": await r.events.resync(principal.agent)}
-            events = await r.events.read_new(principal.agent, limit)
-            if not events:
-                return {"events": [], "cursor": await r.events.cursor(principal.agent)}
-            cursor = events[-1].seq
-            more = len(events) == limit and await r.store.last_seq(r.name) > cursor
+                return {"events": [], "cursor": await r.events.resync(agent)}
+
+            ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
+
+            async def once() -> tuple[list[Event] | None, None]:
+                return (await r.events.read_new(agent, limit, ack=ack) or None), None
+
+            events = await self._until(r, wait, once)
+            if not events or explicit:
+                cursor = await r.events.cursor(agent)
+                if not events:
+                    return {"events": [], "cursor": cursor}
+            else:
+                cursor = events[-1].seq
+            more = len(events) == limit and await r.store.last_seq(r.name) > events[-1].seq
             return {"events": [_event(e) for e in events], "cursor": cursor, "more": more or None}
 
-        return await self.run(ctx, room, "events:read", body)
+        return await self.run(ctx, room, "events:read", body, "events")
+
+    async def ack_events(
+        self,
+        room: RoomArg,
+        seq: Annotated[int, Field(ge=0, le=MAX_INT, description="the last event you handled")],
+        ctx: Context[Any, Any],
+    ) -> CallToolResult:
+        """Move your cursor forward to seq (never back): the events up to it are handled.
+        For read_new_events with explicit=true."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            return {"cursor": await r.events.ack(principal.agent, seq)}
+
+        return await self.run(ctx, room, "events:read", body, "events")
 
     async def post_event(
         self,
@@ -483,7 +645,7 @@ class RoomTools:
             doc = await r.docs.get(name)
             return {"value": Verbatim(doc.value), "version": doc.version}
 
-        return await self.run(ctx, room, "docs:read", body)
+        return await self.run(ctx, room, "docs:read", body, "document")
 
     async def write_document(
         self,
@@ -507,10 +669,7 @@ class RoomTools:
 
         async def body(principal: Principal, r: Room) -> Body:
             check_doc_name(name)
-            if not principal.may_write_doc(name):
-                role = principal.role
-                mine = f"only its own partition {role!r}" if role else "no partition"
-                raise Forbidden(f"you may write {mine}; {name!r} needs the 'admin' scope")
+            principal.check_doc_write(name)
             doc = await r.docs.put(
                 name,
                 value,
@@ -528,7 +687,46 @@ class RoomTools:
                 current = exc.conflicts.get(room_keys.doc(name))
                 raise _Answered(document_conflict(name, version, current)) from exc
 
-        return await self.run(ctx, room, "docs:write", guarded)
+        return await self.run(ctx, room, "docs:write", guarded, "document")
+
+    async def delete_document(
+        self,
+        room: RoomArg,
+        name: DocNameArg,
+        version: Annotated[
+            int, Field(ge=1, le=MAX_INT, description="the version you read (it must still be)")
+        ],
+        ctx: Context[Any, Any],
+    ) -> CallToolResult:
+        """Delete a document, only if it is still at the version you read."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            check_doc_name(name)
+            principal.check_doc_write(name)
+            try:
+                await r.docs.delete(name, if_match=version, author=principal.agent)
+            except VersionConflict as exc:
+                current = exc.conflicts.get(room_keys.doc(name))
+                raise _Answered(document_conflict(name, version, current)) from exc
+            return {"deleted": name}
+
+        return await self.run(ctx, room, "docs:write", body, "document")
+
+    async def list_documents(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        partition: Annotated[
+            str | None, Field(pattern=PARTITION, max_length=64, description="only this partition's")
+        ] = None,
+    ) -> CallToolResult:
+        """The room's documents by name, with their versions (read_document for a value)."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            docs = await r.docs.list(partition)
+            return {"documents": [{"name": d.name, "version": d.version} for d in docs]}
+
+        return await self.run(ctx, room, "docs:read", body, "document")
 
     async def acquire_lock(
         self,
@@ -578,25 +776,79 @@ class RoomTools:
         self,
         room: RoomArg,
         name: LockNameArg,
-        token: Annotated[
-            str, Field(min_length=1, max_length=128, description="the token acquire_lock gave")
-        ],
+        token: LockToken,
         ctx: Context[Any, Any],
     ) -> CallToolResult:
         """Release a lock you hold (it passes to the next queued agent). released=false
         when your grant had already expired or changed hands."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            key = room_keys.lock(name)
-            held = (await r.scope.read([key])).get(key)
-            if held is None or held.value.get("token") != token:
+            held = await held_grant(r, name, principal.agent, token)
+            if held is None:
                 return {"released": False}
-            if held.value.get("owner") != principal.agent:
-                raise Forbidden(f"that grant of lock {name!r} belongs to another agent")
             lock = Lock(r.name, name, principal.agent, token, held.value["fence"], 0.0, 0.0)
             return {"released": await r.locks.release(lock)}
 
-        return await self.run(ctx, room, "locks:write", body)
+        return await self.run(ctx, room, "locks:write", body, "lock")
+
+    async def extend_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        token: LockToken,
+        ctx: Context[Any, Any],
+        ttl: Annotated[float, Field(gt=0, le=86_400, description="seconds from now")] = 30.0,
+    ) -> CallToolResult:
+        """Keep a lock you hold for ttl more seconds (before it expires)."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            held = await held_grant(r, name, principal.agent, token)
+            if held is None:
+                raise _Answered(lost_lock(name))
+            value = held.value
+            lock = Lock(r.name, name, principal.agent, token, value["fence"], 0.0, value["ttl"])
+            extended = await r.locks.extend(lock, ttl)
+            return {"fence": extended.fence, "expires_at": _rounded(extended.expires_at)}
+
+        return await self.run(ctx, room, "locks:write", body, "lock")
+
+    async def list_locks(self, room: RoomArg, ctx: Context[Any, Any]) -> CallToolResult:
+        """The room's held locks: holder, since (granted_at), fence, expires_at, and the
+        agents waiting in line for each, first first."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            out = []
+            for info in await r.locks.held():
+                line = await r.locks.waiters(info.name)
+                out.append(
+                    {
+                        "name": info.name,
+                        "holder": info.owner,
+                        "since": _rounded(info.granted_at),
+                        "fence": info.fence,
+                        "expires_at": _rounded(info.expires_at),
+                        "waiters": [w.owner for w in line] or None,
+                    }
+                )
+            return {"locks": out}
+
+        return await self.run(ctx, room, "rooms:read", body, "lock")
+
+    async def list_rooms(self, ctx: Context[Any, Any]) -> CallToolResult:
+        """The rooms you may enter, with how many tasks are ready in each."""
+
+        async def body(principal: Principal) -> Body:
+            if not principal.has("rooms:read"):
+                raise Forbidden("this token lacks the 'rooms:read' scope")
+            rooms = [i for i in await self.rooms.list() if principal.may_enter(i.name)]
+            return {
+                "rooms": [
+                    {"name": i.name, "description": i.description or None, "ready": i.ready}
+                    for i in rooms
+                ]
+            }
+
+        return await self.answer(ctx, body)
 
 
 class _Answered(Exception):

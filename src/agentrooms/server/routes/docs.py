@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from agentrooms.errors import (
     BadRequest,
     ContentionExhausted,
-    Forbidden,
     NotFound,
     VersionConflict,
 )
@@ -25,7 +24,7 @@ from agentrooms.rooms import keys as room_keys
 from agentrooms.server.conditional import Expect, Tags, decide, etag, parse_tags, weak_match
 from agentrooms.server.deps import Access, DocsRead, DocsWrite, IdempotencyKey, command_id
 from agentrooms.server.envelope import PreconditionRequired, error_response
-from agentrooms.server.models import DOC_PATTERN, DocList, DocOut, DocPut, Guard, dump
+from agentrooms.server.models import DOC_PATTERN, PARTITION, DocList, DocOut, DocPut, Guard, dump
 from agentrooms.server.routes import COMMON, ETAG, errors
 from agentrooms.store.types import FenceAtMost
 
@@ -44,7 +43,6 @@ IfNoneMatch = Annotated[
     Header(alias="If-None-Match", max_length=4096, description='* to create; or "17"'),
 ]
 REDECIDE = 32  # writes a precondition other than one version is decided again for, at most
-PARTITION = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 WRITTEN: dict[int | str, dict[str, Any]] = {
     200: {"description": "replaced", "headers": ETAG},
     201: {"description": "created", "headers": ETAG, "model": DocOut},
@@ -171,10 +169,7 @@ async def delete_doc(access: DocsWrite, name: DocName, if_match: IfMatch = None)
 
 
 def _check_partition(access: Access, name: str) -> None:
-    if not access.principal.may_write_doc(name):
-        role = access.principal.role
-        mine = f"only its own partition {role!r}" if role else "no partition (it has no role)"
-        raise Forbidden(f"this token writes {mine}; {name!r} needs the 'admin' scope")
+    access.principal.check_doc_write(name)
 
 
 def _fence(guard: Guard | None) -> FenceAtMost | None:

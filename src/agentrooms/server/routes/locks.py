@@ -14,8 +14,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Request
 
-from agentrooms.errors import Forbidden, StaleFence
-from agentrooms.rooms import Lock, Room
+from agentrooms.errors import StaleFence
+from agentrooms.rooms import Lock
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.locks import DEFAULT_TTL
 from agentrooms.server.deps import (
@@ -24,6 +24,7 @@ from agentrooms.server.deps import (
     RoomsRead,
     act_as,
     command_id,
+    held_grant,
     limits_of,
 )
 from agentrooms.server.models import (
@@ -39,7 +40,6 @@ from agentrooms.server.models import (
     WaiterOut,
 )
 from agentrooms.server.routes import COMMON, errors
-from agentrooms.store.types import Record
 
 router = APIRouter(prefix="/rooms/{room}/locks", tags=["locks"], responses=errors(*COMMON))
 
@@ -94,22 +94,10 @@ async def acquire(
     return _out(await locks.try_acquire(name, agent, ttl=body.ttl, command_id=cmd))
 
 
-async def _grant(room: Room, name: str, agent: str, token: str) -> Record | None:
-    """The holder record if it is the grant ``token`` names (else ``None``); a grant of
-    another agent is ``403`` (its token was passed on)."""
-    key = room_keys.lock(name)
-    record = (await room.scope.read([key])).get(key)
-    if record is None or record.value.get("token") != token:
-        return None
-    if record.value.get("owner") != agent:
-        raise Forbidden(f"that grant of lock {name!r} belongs to another agent")
-    return record
-
-
 @router.post("/{name}/release", summary="Release a grant (hand it to the next waiter)")
 async def release(access: LocksWrite, name: LockName, body: LockRef) -> Released:
     """``released: false`` when the grant had expired or changed hands."""
-    record = await _grant(access.room, name, access.agent, body.token)
+    record = await held_grant(access.room, name, access.agent, body.token)
     if record is None:
         return Released(released=False)
     # the grant the token names (a release compares its fencing token, not the body's)
@@ -120,7 +108,7 @@ async def release(access: LocksWrite, name: LockName, body: LockRef) -> Released
 
 @router.post("/{name}/extend", summary="Extend a grant still held", responses=errors(409))
 async def extend(access: LocksWrite, name: LockName, body: ExtendIn) -> LockOut:
-    record = await _grant(access.room, name, access.agent, body.token)
+    record = await held_grant(access.room, name, access.agent, body.token)
     current = None if record is None else record.value.get("fence")
     if record is None or current != body.fence:
         raise StaleFence(room_keys.lock(name), body.fence, current)
@@ -143,7 +131,7 @@ async def requeue(request: Request, access: LocksWrite, name: LockName, body: Re
     or changed hands queues as ``acquire`` with ``wait`` would (ttl 30 s)."""
     wait = min(body.wait, limits_of(request).max_lock_wait)
     locks = access.room.locks
-    record = await _grant(access.room, name, access.agent, body.token)
+    record = await held_grant(access.room, name, access.agent, body.token)
     if record is None:
         return _out(await locks.wait_acquire(name, access.agent, ttl=DEFAULT_TTL, timeout=wait))
     value = record.value
