@@ -1,0 +1,73 @@
+"""Rooms listed by page: filtered before they are described, a page in one glance."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from agentrooms import Rooms
+from agentrooms.errors import BadRequest
+from agentrooms.store import Store
+from agentrooms.store.types import Glance, ScanPage
+from agentrooms.store.wrap import Forwarding
+
+
+class Trips(Forwarding):
+    """Counts the store calls a listing makes, by kind."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.scans = 0
+        self.glances: list[list[str]] = []
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        self.scans += 1
+        return await self.inner._scan(room, prefix, after, limit)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        self.glances.append(rooms)
+        return await self.inner._glance(rooms, keys, sets)
+
+
+async def test_rooms_by_page_each_page_one_scan_and_one_glance(store: Store) -> None:
+    tag = f"pg-{uuid.uuid4().hex[:8]}"
+    rooms = Rooms(store)
+    names = [f"{tag}-{i:02d}" for i in range(7)]
+    for name in names:
+        await rooms.create(name)
+    await rooms.archive(names[3])
+    mine = Rooms(counted := Trips(store))
+    seen: list[str] = []
+    after: str | None = names[0][:-3]  # sorts before every name of the tag
+    pages = 0
+    while after is not None and after.startswith(tag):
+        counted.scans, counted.glances = 0, []
+        page = await mine.page(2, after, allowed=lambda n: n.startswith(tag))
+        assert (counted.scans, len(counted.glances)) <= (1, 2)
+        assert all(g[0].startswith(tag) for g in counted.glances)  # refused: not described
+        seen += [r.name for r in page.rooms]
+        assert len(page.rooms) <= 2
+        after, pages = page.next_after, pages + 1
+    assert seen == [n for n in names if n != names[3]]
+    assert pages <= 4
+    page = await mine.page(10, names[0][:-3], include_archived=True, allowed=lambda n: n in names)
+    assert [r.name for r in page.rooms] == names
+    assert page.rooms[3].archived and not page.rooms[2].archived
+    with pytest.raises(BadRequest):
+        await mine.page(0)
+
+
+async def test_a_full_page_is_described_in_one_glance(store: Store) -> None:
+    tag = f"pf-{uuid.uuid4().hex[:8]}"
+    rooms = Rooms(store)
+    names = [f"{tag}-{i:02d}" for i in range(5)]
+    for name in names:
+        await rooms.create(name)
+    counted = Trips(store)
+    page = await Rooms(counted).page(5, f"{tag}-", allowed=lambda n: n.startswith(tag))
+    assert [r.name for r in page.rooms] == names
+    assert (counted.scans, counted.glances) == (1, [names])
+    counted.glances = []
+    info = await Rooms(counted).describe(names[1])
+    assert (info.name, counted.glances) == (names[1], [[names[1]]])
