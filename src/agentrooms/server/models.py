@@ -62,6 +62,7 @@ class RoomOut(BaseModel):
 
 class RoomList(BaseModel):
     rooms: list[RoomOut]
+    next_after: str | None = None  # pass as ?after= for the next page; null at the end
 
 
 # ----------------------------------------------------------------------------- tasks
