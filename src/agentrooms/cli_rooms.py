@@ -54,7 +54,7 @@ def rooms_list(
 
     ``--limit``/``--after``: one page of rooms by name; the next page's ``--after`` is
     printed (``next_after`` with ``--json``, ``null`` at the end). ``--json``:
-    ``{"rooms": [...], "next_after": ...}``, each room's name, description, metadata,
+    ``{"rooms": [...]}`` (and ``next_after`` when paged), each room's name, description, metadata,
     created_at, archived, last_seq and ready."""
     page = _run(
         url,
@@ -70,7 +70,8 @@ def rooms_list(
     )
     infos = page.rooms
     if as_json:
-        emit_json({"rooms": infos, "next_after": page.next_after})
+        paged = limit is not None or after is not None
+        emit_json({"rooms": infos, "next_after": page.next_after} if paged else {"rooms": infos})
         return
     if not infos:
         say("no rooms in the store ", shown_url(url))
