@@ -71,3 +71,22 @@ async def test_a_full_page_is_described_in_one_glance(store: Store) -> None:
     counted.glances = []
     info = await Rooms(counted).describe(names[1])
     assert (info.name, counted.glances) == (names[1], [[names[1]]])
+
+
+async def test_a_page_among_named_rooms_scans_no_registry(store: Store) -> None:
+    tag = f"pn-{uuid.uuid4().hex[:8]}"
+    rooms = Rooms(store)
+    names = [f"{tag}-{i}" for i in range(4)]
+    for name in names:
+        await rooms.create(name)
+    await rooms.archive(names[2])
+    counted = Trips(store)
+    among = [names[3], names[0], names[2], f"{tag}-never"]
+    page = await Rooms(counted).page(1, among=among)
+    assert ([r.name for r in page.rooms], page.next_after) == ([names[0]], names[0])
+    assert (counted.scans, counted.glances) == (0, [[names[0]]])
+    page = await Rooms(counted).page(5, names[0], among=among)
+    assert ([r.name for r in page.rooms], page.next_after) == ([names[3]], None)
+    page = await Rooms(counted).page(5, among=among, include_archived=True)
+    assert [r.name for r in page.rooms] == [names[0], names[2], names[3]]
+    assert counted.scans == 0

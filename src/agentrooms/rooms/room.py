@@ -8,7 +8,7 @@ keeps rooms apart, and every operation here names exactly one room.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from agentrooms.errors import InvalidTransition, VersionConflict
@@ -160,6 +160,7 @@ class Rooms:
         *,
         include_archived: bool = False,
         allowed: Callable[[str], bool] | None = None,
+        among: Collection[str] | None = None,
     ) -> RoomList:
         """Up to ``limit`` rooms by name after ``after``, each described.
 
@@ -168,12 +169,17 @@ class Rooms:
         in one :meth:`~agentrooms.store.base.Store.glance` per registry scan of up to
         :data:`REGISTRY_SCAN` names, so a page costs one scan and one glance unless
         archived (when not included), refused or half-created rooms leave it short and it
-        reads on. ``BadRequest`` for a ``limit`` outside 1 .. ``limits.max_page``.
+        reads on. ``among``: only these names are candidates, and the registry is not
+        scanned (a token that names its rooms). ``BadRequest`` for a ``limit`` outside
+        1 .. ``limits.max_page``.
         """
         limit = check_limit(limit, self.store.limits)
+        if among is not None:
+            return await self._page_among(limit, after, include_archived, allowed, among)
         cursor = None if after is None else keys.registry_entry(after)
         out: list[RoomInfo] = []
-        scan_size = min(max(limit, REGISTRY_SCAN), self.store.limits.max_page)
+        scan_size = limit if allowed is None else REGISTRY_SCAN
+        scan_size = min(scan_size, self.store.limits.max_page)
         while True:
             scan = await self.store.scan(keys.REGISTRY, "room/", cursor, scan_size)
             names = [r.key[len("room/") :] for r in scan.records]
@@ -193,6 +199,31 @@ class Rooms:
             if scan.next_after is None:
                 return RoomList(out, None)
             cursor = scan.next_after
+
+    async def _page_among(
+        self,
+        limit: int,
+        after: str | None,
+        include_archived: bool,
+        allowed: Callable[[str], bool] | None,
+        among: Collection[str],
+    ) -> RoomList:
+        """:meth:`page` over the names ``among``, in name order, one glance per
+        ``limit`` of them."""
+        wanted = sorted(
+            n
+            for n in set(among)
+            if (after is None or n > after) and (allowed is None or allowed(n))
+        )
+        out: list[RoomInfo] = []
+        taken = 0
+        while taken < len(wanted) and len(out) < limit:
+            chunk = wanted[taken : taken + limit - len(out)]
+            taken += len(chunk)
+            for info in await describe_rooms(self.store, chunk):
+                if info is not None and (include_archived or not info.archived):
+                    out.append(info)
+        return RoomList(out, wanted[taken - 1] if taken < len(wanted) else None)
 
     async def describe(self, name: str) -> RoomInfo:
         return await self.room(name).describe()

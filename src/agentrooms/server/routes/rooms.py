@@ -33,7 +33,7 @@ async def list_rooms(
     if not principal.has("rooms:read"):
         raise Forbidden("this token lacks the 'rooms:read' scope")
     page = await rooms_of(request).page(
-        limit, after, include_archived=archived, allowed=principal.may_enter
+        limit, after, include_archived=archived, among=principal.rooms
     )
     return RoomList(rooms=[RoomOut.of(r) for r in page.rooms], next_after=page.next_after)
 
