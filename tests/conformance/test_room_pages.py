@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from agentrooms import Rooms
-from agentrooms.errors import BadRequest
+from agentrooms.errors import BadRequest, NotFound
+from agentrooms.rooms import TaskSpec
 from agentrooms.store import Store
 from agentrooms.store.types import Glance, ScanPage
 from agentrooms.store.wrap import Forwarding
@@ -90,3 +91,27 @@ async def test_a_page_among_named_rooms_scans_no_registry(store: Store) -> None:
     page = await Rooms(counted).page(5, among=among, include_archived=True)
     assert [r.name for r in page.rooms] == [names[0], names[2], names[3]]
     assert counted.scans == 0
+
+
+async def test_presence_and_plan_by_page(store: Store, room: str) -> None:
+    r = await Rooms(store).create(room)
+    for agent in ("a3", "a1", "a2"):
+        await r.presence.heartbeat(agent, ttl=600)
+    first = await r.presence.page(2)
+    assert ([m.agent for m in first.members], first.next_after) == (["a1", "a2"], "a2")
+    rest = await r.presence.page(2, first.next_after)
+    assert ([m.agent for m in rest.members], rest.next_after) == (["a3"], None)
+    assert [m.agent for m in (await r.presence.page()).members] == ["a1", "a2", "a3"]
+    await r.plan.add([TaskSpec("t1"), TaskSpec("t2", deps=["t1"]), TaskSpec("t3")])
+    page = await r.plan.page(2)
+    assert ([t.id for t in page.tasks], page.next_after) == (["t1", "t2"], "t2")
+    page = await r.plan.page(2, "t2")
+    assert ([t.id for t in page.tasks], page.next_after) == (["t3"], None)
+    ready = await r.plan.page(1, status="ready")
+    assert ([t.id for t in ready.tasks], ready.next_after) == (["t1"], "t1")
+    ready = await r.plan.page(1, "t1", status="ready")
+    assert ([t.id for t in ready.tasks], ready.next_after) == (["t3"], None)
+    with pytest.raises(BadRequest):
+        await r.plan.page(0)
+    with pytest.raises(NotFound):
+        await Rooms(store).room(room + "-x").presence.page()

@@ -46,3 +46,22 @@ async def test_rooms_by_page_over_http(store: Store, room: str) -> None:
         )
         bad = await c.get("/v1/rooms", params={"limit": 0}, headers=alice)
         assert bad.status_code in (400, 422)
+
+
+async def test_presence_and_tasks_by_page_over_http(store: Store, room: str) -> None:
+    admin = bearer(await token(store, "lead", "*", ["admin"]))
+    base = f"/v1/rooms/{room}"
+    async with client(make_app(store)) as c:
+        assert (await c.post("/v1/rooms", json={"name": room}, headers=admin)).status_code == 201
+        tasks = {"tasks": [{"id": "t1"}, {"id": "t2"}, {"id": "t3"}]}
+        assert (await c.post(f"{base}/tasks", json=tasks, headers=admin)).status_code == 201
+        page = (await c.get(f"{base}/tasks", params={"limit": 2}, headers=admin)).json()
+        assert ([t["id"] for t in page["tasks"]], page["next_after"]) == (["t1", "t2"], "t2")
+        page = (await c.get(f"{base}/tasks", params={"after": "t2"}, headers=admin)).json()
+        assert ([t["id"] for t in page["tasks"]], page["next_after"]) == (["t3"], None)
+        whole = (await c.get(f"{base}/tasks", headers=admin)).json()
+        assert len(whole["tasks"]) == 3 and whole["next_after"] is None
+        beat = await c.put(f"{base}/presence/lead", json={"ttl": 600}, headers=admin)
+        assert beat.status_code == 200
+        page = (await c.get(f"{base}/presence", params={"limit": 1}, headers=admin)).json()
+        assert ([m["agent"] for m in page["members"]], page["next_after"]) == (["lead"], None)

@@ -127,6 +127,7 @@ class TaskOut(BaseModel):
 
 class TaskList(BaseModel):
     tasks: list[TaskOut]
+    next_after: str | None = None  # with ?limit=: the next page's ?after=; null at the end
 
 
 class ClaimIn(In):
@@ -285,6 +286,7 @@ class MemberOut(BaseModel):
 
 class MemberList(BaseModel):
     members: list[MemberOut]
+    next_after: str | None = None  # with ?limit=: the next page's ?after=; null at the end
 
 
 # ----------------------------------------------------------------------------- locks
