@@ -27,7 +27,7 @@ from agentrooms.cli_common import (
     say,
     shown_url,
 )
-from agentrooms.rooms import Rooms
+from agentrooms.rooms import RoomList, Rooms
 from agentrooms.store import Store
 
 rooms_app = typer.Typer(help="Create, list, archive and delete rooms.", no_args_is_help=True)
@@ -42,15 +42,36 @@ tokens_app = typer.Typer(help="Mint, revoke and list API tokens.", no_args_is_he
 def rooms_list(
     url: UrlOption = DEFAULT_URL,
     archived: Annotated[bool, typer.Option("--archived", help="Include archived rooms")] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many rooms (one page)")
+    ] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", help="Rooms whose name sorts after this one")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List rooms with their newest event and ready tasks (or say which store has none).
 
-    ``--json``: ``{"rooms": [...]}``, each room's name, description, metadata,
+    ``--limit``/``--after``: one page of rooms by name; the next page's ``--after`` is
+    printed (``next_after`` with ``--json``, ``null`` at the end). ``--json``:
+    ``{"rooms": [...]}`` (and ``next_after`` when paged), each room's name, description, metadata,
     created_at, archived, last_seq and ready."""
-    infos = _run(url, lambda store: Rooms(store).list(include_archived=archived))
+    page = _run(
+        url,
+        lambda store: (
+            Rooms(store).page(
+                limit if limit is not None else store.limits.max_page,
+                after,
+                include_archived=archived,
+            )
+            if limit is not None or after is not None
+            else _everything(store, archived)
+        ),
+    )
+    infos = page.rooms
     if as_json:
-        emit_json({"rooms": infos})
+        paged = limit is not None or after is not None
+        emit_json({"rooms": infos, "next_after": page.next_after} if paged else {"rooms": infos})
         return
     if not infos:
         say("no rooms in the store ", shown_url(url))
@@ -65,6 +86,12 @@ def rooms_list(
             "yes" if info.archived else "",
         )
     console.print(table)
+    if page.next_after is not None:
+        say("more rooms follow: --after ", page.next_after)
+
+
+async def _everything(store: Store, archived: bool) -> RoomList:
+    return RoomList(await Rooms(store).list(include_archived=archived), None)
 
 
 @rooms_app.command("create")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -69,6 +70,23 @@ def seed(url: str) -> None:
         await store.close()
 
     asyncio.run(work())
+
+
+def test_rooms_list_by_page(url: str) -> None:
+    for name in ("pa", "pb", "pc"):
+        assert invoke("rooms", "create", name, "--url", url)[0] == 0
+    code, out = invoke("rooms", "list", "--url", url, "--limit", "2", "--json")
+    first = json.loads(out)
+    assert code == 0 and [r["name"] for r in first["rooms"]] == ["pa", "pb"]
+    assert first["next_after"] == "pb"
+    code, out = invoke("rooms", "list", "--url", url, "--limit", "2", "--after", "pb", "--json")
+    assert json.loads(out) == {"rooms": [json.loads(out)["rooms"][0]], "next_after": None}
+    assert json.loads(out)["rooms"][0]["name"] == "pc"
+    code, out = invoke("rooms", "list", "--url", url, "--limit", "1")
+    assert code == 0 and "pa" in out and "pb" not in out and "--after pa" in out
+    code, out = invoke("rooms", "list", "--url", url, "--json")
+    assert [r["name"] for r in json.loads(out)["rooms"]] == ["pa", "pb", "pc"]
+    assert invoke("rooms", "list", "--url", url, "--limit", "0")[0] != 0
 
 
 def test_rooms_create_list_archive_delete(url: str) -> None:

@@ -5,7 +5,7 @@ from agentrooms.rooms.events import Events
 from agentrooms.rooms.locks import Lock, LockInfo, Locks
 from agentrooms.rooms.plan import Lease, LeaseKeeper, Plan, Task, TaskSpec
 from agentrooms.rooms.presence import Member, Presence
-from agentrooms.rooms.room import Room, RoomInfo, Rooms
+from agentrooms.rooms.room import Room, RoomInfo, RoomList, Rooms
 
 __all__ = [
     "Document",
@@ -21,6 +21,7 @@ __all__ = [
     "Presence",
     "Room",
     "RoomInfo",
+    "RoomList",
     "Rooms",
     "Task",
     "TaskSpec",

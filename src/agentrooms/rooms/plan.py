@@ -46,7 +46,16 @@ from agentrooms.errors import (
 )
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import JSON, Append, FenceAtMost, Put, SetAdd, SetRemove, Write
+from agentrooms.store.types import (
+    JSON,
+    Append,
+    FenceAtMost,
+    Put,
+    Record,
+    SetAdd,
+    SetRemove,
+    Write,
+)
 
 PENDING, READY, CLAIMED, DONE, FAILED, CANCELLED = (
     "pending",
@@ -77,6 +86,15 @@ class TaskSpec:
     payload: JSON = None
     deps: Sequence[str] = ()
     max_attempts: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TaskList:
+    """Tasks in id order; ``next_after`` is the ``after`` of the next page, ``None``
+    when no task follows."""
+
+    tasks: list[Task]
+    next_after: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +279,23 @@ class Plan:
                 break
             after = page.next_after
         return [t for t in out if status is None or t.status == status]
+
+    async def page(
+        self, limit: int = 100, after: str | None = None, status: str | None = None
+    ) -> TaskList:
+        """Up to ``limit`` tasks in id order after id ``after`` (only those with
+        ``status``, if given: then the scan reads on past the others). ``next_after`` is
+        the ``after`` of the next page, ``None`` when no task follows. ``NotFound`` if
+        the room does not exist, ``BadRequest`` for a bad ``limit``."""
+
+        def keep(record: Record, now: float) -> bool:
+            return (
+                status is None
+                or Task.from_value(record.value, record.version, now).status == status
+            )
+
+        records, now, next_after = await self._scope.page("task/", limit, after, keep)
+        return TaskList([Task.from_value(r.value, r.version, now) for r in records], next_after)
 
     async def ready_count(self) -> int:
         return await self._scope.store.set_size(self.room, keys.READY)

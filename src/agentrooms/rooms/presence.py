@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agentrooms.errors import BadRequest
 from agentrooms.rooms import keys
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import JSON, Delete, Put
+from agentrooms.store.types import JSON, Delete, Put, Record
 
 DEFAULT_TTL = 120.0
 
@@ -24,6 +24,21 @@ class Member:
     metadata: JSON
     last_seen: float  # store clock
     expires_at: float  # store clock
+
+    @classmethod
+    def of(cls, record: Record, now: float) -> Member:
+        v = record.value
+        expires = record.expires_at if record.expires_at is not None else now
+        return cls(v["agent"], v["status"], v["metadata"], expires - v["ttl"], expires)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPage:
+    """Members by agent name; ``next_after`` is the ``after`` of the next page, ``None``
+    when no member follows."""
+
+    members: list[Member]
+    next_after: str | None
 
 
 class Presence:
@@ -49,15 +64,16 @@ class Presence:
         after: str | None = None
         while True:
             page = await self._scope.store.scan(self._scope.room, "presence/", after, 1000)
-            for record in page.records:
-                v = record.value
-                expires = record.expires_at if record.expires_at is not None else page.now
-                members.append(
-                    Member(v["agent"], v["status"], v["metadata"], expires - v["ttl"], expires)
-                )
+            members += [Member.of(record, page.now) for record in page.records]
             if page.next_after is None:
                 return members
             after = page.next_after
+
+    async def page(self, limit: int = 100, after: str | None = None) -> MemberPage:
+        """Up to ``limit`` members by agent name after ``after`` (one scan of the room);
+        ``NotFound`` if the room does not exist, ``BadRequest`` for a bad ``limit``."""
+        records, now, next_after = await self._scope.page("presence/", limit, after)
+        return MemberPage([Member.of(r, now) for r in records], next_after)
 
     async def leave(self, agent: str) -> None:
         keys.check_name(agent, "agent")

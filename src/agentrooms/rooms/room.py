@@ -8,9 +8,10 @@ keeps rooms apart, and every operation here names exactly one room.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
+from agentrooms.errors import InvalidTransition, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.rooms import keys
@@ -21,7 +22,11 @@ from agentrooms.rooms.plan import Plan
 from agentrooms.rooms.presence import Presence
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import Store
-from agentrooms.store.types import JSON, Absent, Append, Delete, Present, Put
+from agentrooms.store.types import JSON, Absent, Append, Delete, Glance, Present, Put
+from agentrooms.store.validation import check_limit
+
+REGISTRY_SCAN = 1000
+"""Registry entries read per scan while filling a page of rooms."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,41 @@ class RoomInfo:
     archived: bool
     last_seq: int = 0
     ready: int = 0
+
+    @classmethod
+    def of(cls, glance: Glance) -> RoomInfo | None:
+        """The room as :meth:`Room.describe` reads it, from a glance at
+        ``[keys.META, keys.ARCHIVED]`` and set ``keys.READY``; ``None`` if it does not
+        exist."""
+        meta = glance.snapshot.get(keys.META)
+        if meta is None:
+            return None
+        return cls(
+            name=glance.room,
+            description=meta.value["description"],
+            metadata=meta.value["metadata"],
+            created_at=meta.value["created_at"],
+            archived=glance.snapshot.exists(keys.ARCHIVED),
+            last_seq=glance.last_seq,
+            ready=glance.set_sizes[keys.READY],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoomList:
+    """One page of rooms by name. ``next_after`` is the name to pass as ``after`` for the
+    next page, ``None`` when no room follows (a page after it may still come back
+    empty, when the rooms that follow are all left out)."""
+
+    rooms: list[RoomInfo]
+    next_after: str | None
+
+
+async def describe_rooms(store: Store, names: list[str]) -> list[RoomInfo | None]:
+    """Each of ``names`` described, ``None`` for a room that does not exist: one
+    :meth:`~agentrooms.store.base.Store.glance`, each room from one snapshot."""
+    glances = await store.glance(names, [keys.META, keys.ARCHIVED], [keys.READY])
+    return [RoomInfo.of(g) for g in glances]
 
 
 class Room:
@@ -56,17 +96,12 @@ class Room:
         self.docs = Documents(self.scope)
 
     async def describe(self) -> RoomInfo:
-        snap = await self.scope.read([keys.ARCHIVED])
-        meta = snap.value(keys.META)
-        return RoomInfo(
-            name=self.name,
-            description=meta["description"],
-            metadata=meta["metadata"],
-            created_at=meta["created_at"],
-            archived=snap.exists(keys.ARCHIVED),
-            last_seq=await self.store.last_seq(self.name),
-            ready=await self.store.set_size(self.name, keys.READY),
-        )
+        """The room's description, log head and ready count from one snapshot (one
+        store call); ``NotFound`` if it does not exist."""
+        (info,) = await describe_rooms(self.store, [self.name])
+        if info is None:
+            raise self.scope.missing()
+        return info
 
 
 class Rooms:
@@ -107,24 +142,88 @@ class Rooms:
         return room
 
     async def list(self, *, include_archived: bool = False) -> list[RoomInfo]:
-        """Rooms by name (each described from its own records)."""
-        names: list[str] = []
+        """Every room by name: :meth:`page` after page (its cost grows with the number of
+        rooms; a caller that shows rooms should show pages)."""
+        out: list[RoomInfo] = []
         after: str | None = None
         while True:
-            page = await self.store.scan(keys.REGISTRY, "room/", after, 1000)
-            names += [r.value["name"] for r in page.records]
+            page = await self.page(REGISTRY_SCAN, after, include_archived=include_archived)
+            out += page.rooms
             if page.next_after is None:
-                break
+                return out
             after = page.next_after
-        out = []
-        for name in names:
-            try:
-                info = await self.room(name).describe()
-            except NotFound:
-                continue  # created half-way or being deleted
-            if include_archived or not info.archived:
-                out.append(info)
-        return out
+
+    async def page(
+        self,
+        limit: int = 100,
+        after: str | None = None,
+        *,
+        include_archived: bool = False,
+        allowed: Callable[[str], bool] | None = None,
+        among: Collection[str] | None = None,
+    ) -> RoomList:
+        """Up to ``limit`` rooms by name after ``after``, each described.
+
+        ``allowed`` is asked about each registered name before anything is described,
+        and the rooms it refuses are left out as if absent. The rooms kept are described
+        in one :meth:`~agentrooms.store.base.Store.glance` per registry scan of up to
+        :data:`REGISTRY_SCAN` names, so a page costs one scan and one glance unless
+        archived (when not included), refused or half-created rooms leave it short and it
+        reads on. ``among``: only these names are candidates, and the registry is not
+        scanned (a token that names its rooms). ``BadRequest`` for a ``limit`` outside
+        1 .. ``limits.max_page``.
+        """
+        limit = check_limit(limit, self.store.limits)
+        if among is not None:
+            return await self._page_among(limit, after, include_archived, allowed, among)
+        cursor = None if after is None else keys.registry_entry(after)
+        out: list[RoomInfo] = []
+        scan_size = limit if allowed is None else REGISTRY_SCAN
+        scan_size = min(scan_size, self.store.limits.max_page)
+        while True:
+            scan = await self.store.scan(keys.REGISTRY, "room/", cursor, scan_size)
+            names = [r.key[len("room/") :] for r in scan.records]
+            wanted = [n for n in names if allowed is None or allowed(n)]
+            taken = 0
+            while taken < len(wanted) and len(out) < limit:
+                chunk = wanted[taken : taken + limit - len(out)]
+                taken += len(chunk)
+                for info in await describe_rooms(self.store, chunk):
+                    # None: created half-way or being deleted
+                    if info is not None and (include_archived or not info.archived):
+                        out.append(info)
+            if len(out) == limit:
+                last = wanted[taken - 1]
+                more = taken < len(wanted) or names[-1] != last or scan.next_after is not None
+                return RoomList(out, last if more else None)
+            if scan.next_after is None:
+                return RoomList(out, None)
+            cursor = scan.next_after
+
+    async def _page_among(
+        self,
+        limit: int,
+        after: str | None,
+        include_archived: bool,
+        allowed: Callable[[str], bool] | None,
+        among: Collection[str],
+    ) -> RoomList:
+        """:meth:`page` over the names ``among``, in name order, one glance per
+        ``limit`` of them."""
+        wanted = sorted(
+            n
+            for n in set(among)
+            if (after is None or n > after) and (allowed is None or allowed(n))
+        )
+        out: list[RoomInfo] = []
+        taken = 0
+        while taken < len(wanted) and len(out) < limit:
+            chunk = wanted[taken : taken + limit - len(out)]
+            taken += len(chunk)
+            for info in await describe_rooms(self.store, chunk):
+                if info is not None and (include_archived or not info.archived):
+                    out.append(info)
+        return RoomList(out, wanted[taken - 1] if taken < len(wanted) else None)
 
     async def describe(self, name: str) -> RoomInfo:
         return await self.room(name).describe()

@@ -12,7 +12,7 @@ Without a policy of the room's own, room operations retry with :data:`ROOM_POLIC
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from agentrooms.commit import Change, CommitResult, Transition, View, commit
@@ -21,7 +21,17 @@ from agentrooms.metrics import Metrics, operator_metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
 from agentrooms.store.base import Store
-from agentrooms.store.types import Absent, Append, Compare, Present, Snapshot, TransactResult, Write
+from agentrooms.store.types import (
+    Absent,
+    Append,
+    Compare,
+    Present,
+    Record,
+    Snapshot,
+    TransactResult,
+    Write,
+)
+from agentrooms.store.validation import check_limit
 
 E = TypeVar("E")
 
@@ -62,6 +72,36 @@ class Scope:
         if snap.get(keys.META) is None:
             raise self.missing()
         return snap
+
+    async def page(
+        self,
+        prefix: str,
+        limit: int,
+        after: str | None,
+        keep: Callable[[Record, float], bool] | None = None,
+    ) -> tuple[list[Record], float, str | None]:
+        """Up to ``limit`` records under ``prefix`` whose name (the key less ``prefix``)
+        sorts after ``after`` and that ``keep`` accepts (given the record and the scan's
+        store clock), in key order; the store clock of
+        the last scan; and the name to pass as ``after`` next (``None``: none follows).
+        One scan of ``limit`` records unless ``keep`` refuses some; ``NotFound`` if the
+        room does not exist; ``BadRequest`` for a ``limit`` outside 1 ..
+        ``limits.max_page``."""
+        limit = check_limit(limit, self.store.limits)
+        await self.read([])
+        cursor = None if after is None else prefix + after
+        out: list[Record] = []
+        while True:
+            scan = await self.store.scan(self.room, prefix, cursor, limit)
+            for i, record in enumerate(scan.records):
+                if keep is None or keep(record, scan.now):
+                    out.append(record)
+                if len(out) == limit:
+                    more = i + 1 < len(scan.records) or scan.next_after is not None
+                    return out, scan.now, record.key[len(prefix) :] if more else None
+            if scan.next_after is None:
+                return out, scan.now, None
+            cursor = scan.next_after
 
     async def commit(
         self,

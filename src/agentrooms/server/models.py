@@ -63,6 +63,7 @@ class RoomOut(BaseModel):
 
 class RoomList(BaseModel):
     rooms: list[RoomOut]
+    next_after: str | None = None  # pass as ?after= for the next page; null at the end
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -127,6 +128,7 @@ class TaskOut(BaseModel):
 
 class TaskList(BaseModel):
     tasks: list[TaskOut]
+    next_after: str | None = None  # with ?limit=: the next page's ?after=; null at the end
 
 
 class ClaimIn(In):
@@ -285,6 +287,7 @@ class MemberOut(BaseModel):
 
 class MemberList(BaseModel):
     members: list[MemberOut]
+    next_after: str | None = None  # with ?limit=: the next page's ?after=; null at the end
 
 
 # ----------------------------------------------------------------------------- locks

@@ -37,6 +37,7 @@ from agentrooms.store.types import (
     Append,
     Compare,
     Event,
+    Glance,
     Limits,
     Prepared,
     ScanPage,
@@ -157,6 +158,32 @@ class Store(abc.ABC):
         except VersionConflict as exc:
             self.contention.note(room, exc.conflicts)
             raise
+
+    async def glance(
+        self, rooms: Sequence[str], keys: Sequence[str], sets: Sequence[str] = ()
+    ) -> list[Glance]:
+        """Records ``keys``, the newest sequence number and the sizes of sets ``sets`` of
+        each of ``rooms``, in the order of ``rooms``, as one call to the backend (one
+        statement, one worker job or one pipelined write): what describes a page of
+        rooms without a round trip per room.
+
+        Each room's :class:`Glance` is one snapshot (as :meth:`read`); different rooms'
+        may be from different instants. A room that holds nothing reads as empty. At most
+        ``limits.max_page`` rooms, and ``limits.max_ops`` keys and sets; ``BadRequest``
+        otherwise.
+        """
+        if isinstance(rooms, str) or isinstance(keys, str) or isinstance(sets, str):
+            raise BadRequest("rooms, keys and sets must be sequences of strings, not strings")
+        room_list = [check_room(r, self.limits) for r in rooms]
+        if len(room_list) > self.limits.max_page:
+            raise BadRequest(f"glance at most {self.limits.max_page} rooms at once")
+        key_list = list(dict.fromkeys(check_key(k, self.limits) for k in keys))
+        set_list = list(dict.fromkeys(check_key(n, self.limits) for n in sets))
+        if len(key_list) + len(set_list) > self.limits.max_ops:
+            raise BadRequest(f"glance at most {self.limits.max_ops} keys and sets at once")
+        if not room_list:
+            return []
+        return await self._glance(room_list, key_list, set_list)
 
     async def scan(
         self, room: str, prefix: str = "", after: str | None = None, limit: int = 100
@@ -280,6 +307,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         """Apply ``ops`` (compares, then writes, set ops and appends) atomically."""
+
+    @abc.abstractmethod
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        """One backend call for every room (see :meth:`glance`)."""
 
     @abc.abstractmethod
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage: ...

@@ -29,6 +29,7 @@ from agentrooms.store.types import (
     JSON,
     PURGE_LIMIT,
     Event,
+    Glance,
     Limits,
     Prepared,
     Record,
@@ -157,6 +158,15 @@ class MemoryStore(Store):
             if row is not None:
                 found[key] = self._record(key, row)
         return Snapshot(found, now_ms / 1000.0)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        out = []
+        for room in rooms:  # _read never suspends: one snapshot of them all
+            state = self._rooms.get(room) or _Room()
+            snap = await self._read(room, keys)
+            sizes = {n: len(state.sets.get(n, ())) for n in sets}
+            out.append(Glance(room, snap, state.seq, sizes))
+        return out
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         now_ms = self._now_ms()

@@ -87,6 +87,18 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Glance:
+    """One room as :meth:`~agentrooms.store.base.Store.glance` reads it, in one snapshot:
+    the records asked for that exist, the newest event's sequence number (0 if none) and
+    the size of each set asked for."""
+
+    room: str
+    snapshot: Snapshot
+    last_seq: int
+    set_sizes: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class ScanPage:
     """Records in key order; pass ``next_after`` back as ``after`` for the next page."""
 

@@ -13,7 +13,15 @@ the subclass overrides ``_watch`` or ``_read_log``: then it runs as ``watch`` th
 from __future__ import annotations
 
 from agentrooms.store.base import Store
-from agentrooms.store.types import Event, Prepared, ScanPage, Snapshot, StoreInfo, TransactResult
+from agentrooms.store.types import (
+    Event,
+    Glance,
+    Prepared,
+    ScanPage,
+    Snapshot,
+    StoreInfo,
+    TransactResult,
+)
 
 __all__ = ["Forwarding"]
 
@@ -30,6 +38,9 @@ class Forwarding(Store):
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         return await self.inner._transact(room, ops)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        return await self.inner._glance(rooms, keys, sets)
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         return await self.inner._scan(room, prefix, after, limit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Response
+from fastapi import APIRouter, Body, Path, Query, Response
 
 from agentrooms.server.deps import PresenceWrite, RoomsRead, act_as
 from agentrooms.server.models import NAME_PATTERN, HeartbeatIn, MemberList, MemberOut
@@ -17,9 +17,18 @@ AgentPath = Annotated[str, Path(pattern=NAME_PATTERN, min_length=1, max_length=1
 
 
 @router.get("", summary="Members whose heartbeat has not expired")
-async def who_is_online(access: RoomsRead) -> MemberList:
-    members = await access.room.presence.who_is_online()
-    return MemberList(members=[MemberOut.of(m) for m in members])
+async def who_is_online(
+    access: RoomsRead,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    after: Annotated[str | None, Query(max_length=128)] = None,
+) -> MemberList:
+    """Every member by agent name; with ``limit`` (or ``after``), one page of them and
+    the next page's ``after`` in ``next_after``."""
+    if limit is None and after is None:
+        members = await access.room.presence.who_is_online()
+        return MemberList(members=[MemberOut.of(m) for m in members])
+    page = await access.room.presence.page(100 if limit is None else limit, after)
+    return MemberList(members=[MemberOut.of(m) for m in page.members], next_after=page.next_after)
 
 
 @router.put(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Request, Response, Security
+from fastapi import APIRouter, Query, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
 from agentrooms.errors import Forbidden, VersionConflict
@@ -19,12 +19,23 @@ Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
 @router.get("", summary="Rooms this token may enter")
-async def list_rooms(request: Request, _: Bearer, archived: bool = False) -> RoomList:
+async def list_rooms(
+    request: Request,
+    _: Bearer,
+    archived: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[str | None, Query(max_length=128)] = None,
+) -> RoomList:
+    """One page of the rooms this token may enter, by name: the token's rooms are
+    chosen before any is described, and the page is described in one store call.
+    ``next_after`` is the ``after`` of the next page, ``null`` at the end."""
     principal = principal_of(request)
     if not principal.has("rooms:read"):
         raise Forbidden("this token lacks the 'rooms:read' scope")
-    rooms = await rooms_of(request).list(include_archived=archived)
-    return RoomList(rooms=[RoomOut.of(r) for r in rooms if principal.may_enter(r.name)])
+    page = await rooms_of(request).page(
+        limit, after, include_archived=archived, among=principal.rooms
+    )
+    return RoomList(rooms=[RoomOut.of(r) for r in page.rooms], next_after=page.next_after)
 
 
 @router.post(

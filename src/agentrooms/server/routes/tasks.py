@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from agentrooms.errors import BadRequest
 from agentrooms.rooms import Lease, TaskSpec
@@ -50,9 +50,19 @@ COMMAND = errors(409, 422)
 
 
 @router.get("", summary="Every task, in id order")
-async def list_tasks(access: PlanRead, status: Status | None = None) -> TaskList:
-    tasks = await access.room.plan.tasks(status)
-    return TaskList(tasks=[TaskOut.of(t) for t in tasks])
+async def list_tasks(
+    access: PlanRead,
+    status: Status | None = None,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    after: Annotated[str | None, Query(max_length=128)] = None,
+) -> TaskList:
+    """Every task in id order; with ``limit`` (or ``after``), one page of them and the
+    next page's ``after`` in ``next_after``."""
+    if limit is None and after is None:
+        tasks = await access.room.plan.tasks(status)
+        return TaskList(tasks=[TaskOut.of(t) for t in tasks])
+    page = await access.room.plan.page(100 if limit is None else limit, after, status)
+    return TaskList(tasks=[TaskOut.of(t) for t in page.tasks], next_after=page.next_after)
 
 
 @router.post("", status_code=201, summary="Add tasks atomically", responses=COMMAND)

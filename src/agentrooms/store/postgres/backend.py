@@ -56,6 +56,7 @@ from agentrooms.store.postgres.sql import QUERIES, migrate
 from agentrooms.store.types import (
     Event,
     FenceAtMost,
+    Glance,
     Limits,
     Prepared,
     Record,
@@ -180,6 +181,27 @@ class PostgresStore(Store):
         rows = await self._fetch("read", room, keys)
         found = {row["key"]: _record(row) for row in rows if row["key"] is not None}
         return Snapshot({k: found[k] for k in keys if k in found}, rows[0]["now"])
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        out = []
+        for row in await self._fetch("glance", rooms, keys, sets):
+            found = {
+                key: Record(key, decode_json(value), version, expires)
+                for key, value, version, expires in zip(
+                    row["keys"] or (),
+                    row["vals"] or (),
+                    row["versions"] or (),
+                    row["expires"] or (),
+                    strict=True,
+                )
+            }
+            snapshot = Snapshot({k: found[k] for k in keys if k in found}, row["now"])
+            out.append(
+                Glance(
+                    row["room"], snapshot, row["seq"], dict(zip(sets, row["sizes"], strict=True))
+                )
+            )
+        return out
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         cas = await self._compare_and_set(room, ops)

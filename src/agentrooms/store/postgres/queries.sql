@@ -52,6 +52,35 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
              ) AS r)
          ON r.expires_at IS NULL OR r.expires_at > clock.ts;
 
+-- name: glance
+-- Rooms $1 (in order), each with its newest seq, the sizes of its sets $3 and its live
+-- records among keys $2 (distinct) as parallel arrays, and the store clock, in one
+-- snapshot. One primary-key lookup per room and key, as in read.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
+       coalesce((SELECT s.seq FROM rooms AS s WHERE s.room = g.room), 0) AS seq,
+       ARRAY(SELECT (SELECT count(*) FROM set_members AS m
+                      WHERE m.room = g.room AND m.name = n.name)
+               FROM unnest($3::text[]) WITH ORDINALITY AS n (name, i)
+              ORDER BY n.i) AS sizes,
+       r.keys, r.vals, r.versions, r.expires
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+ CROSS JOIN LATERAL (
+     SELECT array_agg(r.key) AS keys, array_agg(r.value) AS vals,
+            array_agg(r.version) AS versions,
+            array_agg(extract(epoch FROM r.expires_at)::float8) AS expires
+       FROM unnest($2::text[]) AS k (key)
+      CROSS JOIN LATERAL (
+          SELECT r.key, r.value, r.version, r.expires_at
+            FROM records AS r
+           WHERE r.room = g.room AND r.key = k.key AND r.value IS NOT NULL
+           LIMIT 1
+      ) AS r
+      WHERE r.expires_at IS NULL OR r.expires_at > clock.ts
+ ) AS r
+ ORDER BY g.i;
+
 -- name: transact
 -- Apply a batch of independent transacts of one room, each all or nothing, in one
 -- transaction: see functions/transact.sql.

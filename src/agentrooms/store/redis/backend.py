@@ -76,6 +76,7 @@ from agentrooms.store.redis.keys import redact_url, room_keys, split_url
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
 from agentrooms.store.types import (
     Event,
+    Glance,
     Limits,
     Prepared,
     ScanPage,
@@ -225,6 +226,28 @@ class RedisStore(Store):
             if version is not None:
                 found[key] = scripts.record(key, version, reply[3 * i - 1], reply[3 * i])
         return Snapshot(found, reply[0] / 1000.0)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        """One EVALSHA per room, all sent in one event-loop turn: :meth:`_send`
+        pipelines them in one write on the one connection (one network round trip), and
+        each stays on its own room's hash slot."""
+        replies = await asyncio.gather(*(self._glance_one(room, keys, sets) for room in rooms))
+        return list(replies)
+
+    async def _glance_one(self, room: str, keys: list[str], sets: list[str]) -> Glance:
+        rk = room_keys(self.prefix, room)
+        names = [rk.meta] + [rk.set + n for n in sets] + [rk.record + k for k in keys]
+        reply = await self._run(scripts.GLANCE, names, [len(sets)])
+        sizes = dict(zip(sets, reply[2 : 2 + len(sets)], strict=True))
+        found = {}
+        at = 2 + len(sets)
+        for i, key in enumerate(keys):
+            version = reply[at + 3 * i]
+            if version is not None:
+                found[key] = scripts.record(
+                    key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2]
+                )
+        return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[1], sizes)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)

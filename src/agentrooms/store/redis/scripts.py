@@ -46,12 +46,13 @@ class Script:
 
 TRANSACT = Script("transact")
 READ = Script("read")
+GLANCE = Script("glance")
 SCAN = Script("scan")
 READ_LOG = Script("read_log")
 TRIM_LOG = Script("trim_log")
 SET_PICK = Script("set_pick")
 DELETE_ROOM = Script("delete_room")
-SCRIPTS = (TRANSACT, READ, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
+SCRIPTS = (TRANSACT, READ, GLANCE, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
 
 
 def compare_arg(c: Compare) -> str:

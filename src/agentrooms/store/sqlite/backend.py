@@ -45,6 +45,7 @@ from agentrooms.store.sqlite.watchers import Waiter
 from agentrooms.store.sqlite.worker import Worker
 from agentrooms.store.types import (
     Event,
+    Glance,
     Limits,
     Prepared,
     ScanPage,
@@ -112,6 +113,9 @@ class SqliteStore(Store):
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         return await self._call(lambda ops: ops.read(room, keys), write=False)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        return await self._call(lambda ops: ops.glance(rooms, keys, sets), write=False)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         return await self._call(lambda o: o.transact(room, ops), write=True)

@@ -28,6 +28,7 @@ from agentrooms.store.types import (
     Compare,
     Event,
     FenceAtMost,
+    Glance,
     Prepared,
     PreparedAppend,
     PreparedSetOp,
@@ -139,6 +140,19 @@ class Operations:
     def set_size(self, room: str, name: str) -> int:
         size: int = self._one("set_size", {"room": room, "name": name})
         return size
+
+    def glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        """Each room's records, last sequence number and set sizes: one worker job, in
+        the job's read transaction (one snapshot)."""
+        return [
+            Glance(
+                room,
+                self.read(room, keys),
+                self.last_seq(room),
+                {name: self.set_size(room, name) for name in sets},
+            )
+            for room in rooms
+        ]
 
     # -- the watch poll (outside any transaction) -------------------------------------
 
