@@ -41,6 +41,7 @@ class Journal:
         self.open: dict[tuple[int, int], tuple[str, str, Any, int]] = {}
         self.answered = 0
         self.errors: list[Seen] = []
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []  # (answers, woken)
 
     def event(self, client: int, event: dict[str, Any]) -> None:
         """``{"c": [n, op, key, input, call]}``, ``{"r": [n, output, return]}`` or
@@ -62,6 +63,21 @@ class Journal:
             self.errors.append(Seen(client, op, call, event["t"], what, typed))
         self.ops.append(Operation(client, key, op, inp, output, call, ret))
         self.answered += 1
+        if self._waiting:
+            due = [w for w in self._waiting if w[0] <= self.answered]
+            self._waiting = [w for w in self._waiting if w[0] > self.answered]
+            for _, woken in due:
+                if not woken.done():
+                    woken.set_result(None)
+
+    async def reached(self, answers: int) -> None:
+        """Return once ``answers`` calls have been answered: woken by the answer that
+        makes it (not by polling, which clients faster than a poll would outrun)."""
+        if self.answered >= answers:
+            return
+        woken = asyncio.get_running_loop().create_future()
+        self._waiting.append((answers, woken))
+        await woken
 
     def close(self) -> list[Operation]:
         """Every operation, the open ones as unknown outcomes, in call order."""

@@ -263,8 +263,7 @@ class _Runner:
         once it runs again)."""
         store_heal: asyncio.Task[None] | None = None  # one store fault at a time
         for fault in plan:
-            while journal.answered < fault.after:  # noqa: ASYNC110 (the journal is fed by the clients)
-                await asyncio.sleep(0.002)
+            await journal.reached(fault.after)
             live = [i for i, r in enumerate(runs) if not r.done()]
             if fault.kind in (CLIENT_KILL, CLIENT_CANCEL):
                 if len(live) < 1:
