@@ -85,6 +85,7 @@ class SyncStore:
     read = _blocking(Store.read)
     transact = _blocking(Store.transact)
     scan = _blocking(Store.scan)
+    glance = _blocking(Store.glance)
     read_log = _blocking(Store.read_log)
     trim_log = _blocking(Store.trim_log)
     last_seq = _blocking(Store.last_seq)

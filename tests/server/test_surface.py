@@ -10,7 +10,7 @@ import pytest
 from agentrooms.errors import StoreUnavailable
 from agentrooms.server import AuthConfig, check_bind, serve
 from agentrooms.store import Store
-from agentrooms.store.types import Snapshot
+from agentrooms.store.types import Glance, Snapshot
 from tests.helpers import Interposed
 from tests.server.support import bearer, client, error_of, make_app, token
 
@@ -74,9 +74,15 @@ class Down(Interposed):
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         raise StoreUnavailable("the store is down")
 
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        raise StoreUnavailable("the store is down")
+
 
 class Broken(Interposed):
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        raise RuntimeError("a bug")
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
         raise RuntimeError("a bug")
 
 
