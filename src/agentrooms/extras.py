@@ -1,9 +1,9 @@
 """The optional parts of agentrooms and the error that names the one missing.
 
 The library itself (rooms, the store, ``commit``, the CLI's store commands) needs none of
-them; ``agentrooms[mcp]`` adds the MCP server on stdio (the MCP SDK, and FastAPI, whose
-request handling its tools share with the HTTP API); ``agentrooms[server]`` that and the
-HTTP API under uvicorn; ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared
+them; ``agentrooms[mcp]`` adds the MCP server on stdio (the MCP SDK);
+``agentrooms[server]`` that and the HTTP API (FastAPI) under uvicorn, MCP over
+streamable HTTP included; ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared
 stores' drivers; ``agentrooms[langgraph]`` the LangGraph checkpointer's base
 (:mod:`agentrooms.integrations.langgraph`); ``agentrooms[all]`` is all of these.
 ``agentrooms[bench]`` (not in ``all``) is the peer libraries the benchmarks measure.
@@ -17,7 +17,7 @@ __all__ = ["EXTRAS", "MissingExtra", "require"]
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn", "mcp"),
-    "mcp": ("fastapi", "mcp"),
+    "mcp": ("mcp",),
     "langgraph": ("langchain_core", "langgraph.checkpoint"),
 }
 

@@ -7,6 +7,7 @@ were not installed.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -142,3 +143,45 @@ def test_create_app_without_the_server_extra_names_it() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("fastapi agentrooms.server.create_app needs the server extra")
+
+
+def test_mcp_on_stdio_needs_no_web_framework(tmp_path: Path) -> None:
+    """``agentrooms mcp`` (the process an MCP host spawns per session) answers
+    ``initialize`` and lists its tools with FastAPI and uvicorn absent: the ``mcp`` extra
+    does not pull the HTTP stack, and the cold start does not pay for it."""
+    code = BLOCKER.format(blocked=["fastapi", "uvicorn"]) + textwrap.dedent(
+        f"""
+        import sys
+        from agentrooms.cli import main
+        sys.argv = ["agentrooms", "mcp", "--agent", "a", "--url",
+                    "sqlite:///{tmp_path / "m.db"}"]
+        main()
+        """
+    )
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    answers = {a["id"]: a for a in map(json.loads, ran.stdout.splitlines()) if "id" in a}
+    assert answers[1]["result"]["serverInfo"]["name"], answers
+    names = {tool["name"] for tool in answers[2]["result"]["tools"]}
+    assert {"claim_task", "read_new_events", "write_document"} <= names

@@ -48,6 +48,7 @@ from agentrooms.errors import (
     RateLimited,
     Unauthorized,
 )
+from agentrooms.server.access import PRINCIPAL
 from agentrooms.server.auth import (
     AuthConfig,
     Principal,
@@ -63,7 +64,6 @@ from agentrooms.store.base import Store
 
 __all__ = ["PRINCIPAL", "Gate"]
 
-PRINCIPAL = "agentrooms.principal"
 _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
 _STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream|/v1/ops/rooms/[^/]+/stream")

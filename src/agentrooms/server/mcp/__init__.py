@@ -26,10 +26,43 @@ Errors are tool errors whose text starts with the error type and says what to do
 
 from __future__ import annotations
 
-from agentrooms.server.mcp.http import McpHttp, create_mcp_app, mount_mcp, serve_mcp_http
-from agentrooms.server.mcp.push import EVENTS_TEMPLATE, events_uri
-from agentrooms.server.mcp.server import INSTRUCTIONS, AgentroomsMCP, build_mcp
-from agentrooms.server.mcp.stdio import run_stdio, run_stdio_async
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrooms.server.mcp.http import (
+        McpHttp,
+        create_mcp_app,
+        mount_mcp,
+        serve_mcp_http,
+    )
+    from agentrooms.server.mcp.push import EVENTS_TEMPLATE, events_uri
+    from agentrooms.server.mcp.server import INSTRUCTIONS, AgentroomsMCP, build_mcp
+    from agentrooms.server.mcp.stdio import run_stdio, run_stdio_async
+
+# Each name is imported from its module on first use, so that ``agentrooms mcp`` on
+# stdio does not pay for the streamable-HTTP stack (Starlette, uvicorn) it never uses.
+_HOME = {
+    "McpHttp": "http",
+    "create_mcp_app": "http",
+    "mount_mcp": "http",
+    "serve_mcp_http": "http",
+    "EVENTS_TEMPLATE": "push",
+    "events_uri": "push",
+    "INSTRUCTIONS": "server",
+    "AgentroomsMCP": "server",
+    "build_mcp": "server",
+    "run_stdio": "stdio",
+    "run_stdio_async": "stdio",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "EVENTS_TEMPLATE",

@@ -36,9 +36,8 @@ from agentrooms.metrics import count_mcp_error
 from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.documents import check_doc_name
+from agentrooms.server.access import PRINCIPAL, command_id, enter, held_grant
 from agentrooms.server.auth import Principal
-from agentrooms.server.deps import command_id, enter, held_grant
-from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits, RateLimiter
 from agentrooms.server.mcp.hints import (
     Hint,
