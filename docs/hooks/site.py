@@ -69,7 +69,7 @@ def _http_page(document: dict[str, Any]) -> str:
         "([download](openapi.json)); use it with any OpenAPI viewer or client generator. "
         "Every route but `/healthz`, `/readyz` and `/metrics` needs "
         "`Authorization: Bearer <token>` (or `X-Agent` under `serve --dev`); errors are "
-        "the envelope `{\"error\": {\"type\", \"message\", ...}}` "
+        'the envelope `{"error": {"type", "message", ...}}` '
         "([surfaces](surfaces.md)).",
         "",
     ]
