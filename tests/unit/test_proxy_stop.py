@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agentrooms.reliability.proxy import TcpProxy
+from agentrooms.reliability.proxy import Blackhole, TcpProxy
 
 
 async def test_stop_ends_every_pump_of_live_and_blackholed_connections() -> None:
@@ -92,3 +92,41 @@ async def _heal_drop(proxy: TcpProxy) -> None:
     from agentrooms.reliability.proxy import Drop
 
     await Drop(proxy)._set(False)
+
+
+async def test_a_blackhole_holds_an_open_connections_bytes_and_delivers_them_in_order() -> None:
+    """A partition loses packets but TCP resends them: an open connection's bytes wait
+    through the blackhole and arrive, in order and whole, at the heal. Discarding them
+    and forwarding again would cut a hole in the stream (a Redis client then reads each
+    reply as the next command's)."""
+    received = bytearray()
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1024):
+            received.extend(data)
+            writer.write(data)
+            await writer.drain()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    proxy = TcpProxy(("127.0.0.1", server.sockets[0].getsockname()[1]))
+    proxy.start()
+    hole = Blackhole(proxy)
+    try:
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        writer.write(b"one ")
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"one "
+        await hole.inject()
+        writer.write(b"held ")
+        await writer.drain()
+        with pytest.raises(TimeoutError):  # nothing crosses while the hole lasts
+            await asyncio.wait_for(reader.readexactly(5), 0.3)
+        assert bytes(received) == b"one "
+        await hole.heal()
+        writer.write(b"after")
+        assert await asyncio.wait_for(reader.readexactly(10), 5) == b"held after"
+        assert bytes(received) == b"one held after" and proxy.dropped == 0
+    finally:
+        writer.close()
+        await asyncio.to_thread(proxy.stop)
+        server.close()
+        await server.wait_closed()

@@ -12,9 +12,11 @@ Each mode is a :class:`~agentrooms.reliability.faults.Fault` built on the proxy:
 * :class:`Reset` (``reset``): every open connection is closed with a TCP RST (``SO_LINGER``
   0) on both sides at once, and while injected every new connection is reset as soon as
   it is accepted.
-* :class:`Blackhole` (``blackhole``): nothing is forwarded either way; new connections
-  are accepted and never connected to the target. The heal resets (RST) every
-  connection accepted during the blackhole; the older ones forward again.
+* :class:`Blackhole` (``blackhole``): nothing is forwarded either way, as in a network
+  partition; new connections are accepted and never connected to the target. An open
+  connection's bytes wait, in order, and are delivered at the heal, as TCP delivers what
+  it resends once the path is back (unless an end gave up and closed meanwhile). The
+  heal resets (RST) every connection accepted during the blackhole.
 
 A fault changes only the proxy's state; the target is never touched.
 """
@@ -73,6 +75,8 @@ class TcpProxy:
         self.dropping = False
         self.resetting = False
         self.blackholing = False
+        self._healed = asyncio.Event()  # set while no blackhole holds the bytes back
+        self._healed.set()
         self.accepted = self.resets = self.dropped = 0
         self._links: set[_Link] = set()
         self._pumps: set[asyncio.Task[None]] = set()  # every pump running, for stop
@@ -200,9 +204,12 @@ class TcpProxy:
             while data := await source.read(CHUNK):
                 if upstream and (self.dropping or link.lost):
                     link.lost = True  # what follows a hole in the stream must not arrive
-                if self.blackholing or sink is None or link.lost:
+                if sink is None or link.lost:
                     self.dropped += len(data)
                     continue
+                # a partition holds the stream back, never cuts a hole in it: a stream
+                # that went on past lost bytes would read replies as other commands'
+                await self._healed.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 sink.write(data)
@@ -284,12 +291,15 @@ class Reset(_ProxyFault):
 
 
 class Blackhole(_ProxyFault):
-    """Nothing forwarded; new connections accepted and never answered. The heal resets
-    the connections accepted meanwhile."""
+    """Nothing forwarded; open connections' bytes held until the heal, new connections
+    accepted and never answered. The heal resets the connections accepted meanwhile."""
 
     name = "proxy blackhole"
 
     async def _set(self, on: bool) -> None:
         self.proxy.blackholing = on
-        if not on:
+        if on:
+            self.proxy._healed.clear()
+        else:
             self.proxy._reset_all(lambda link: link.blackholed)
+            self.proxy._healed.set()
