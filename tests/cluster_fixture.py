@@ -66,6 +66,7 @@ class Cluster:
         return done.stdout
 
     def start(self, port: int) -> None:
+        assert port not in self.procs, f"node {port} is running already"
         workdir = self.root / str(port)
         workdir.mkdir(exist_ok=True)
         self.procs[port] = subprocess.Popen(

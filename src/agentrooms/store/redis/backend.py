@@ -183,12 +183,19 @@ class RedisStore(Store):
             if scripts.text(sha) != script.sha:
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
-    async def _run(self, script: scripts.Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """Run ``script`` (one EVALSHA, routed by its first key), loading it again if the
-        server has forgotten it; a writing script is followed by ``WAIT`` when the URL
-        asks for replica acknowledgements."""
+    async def _run(
+        self,
+        script: scripts.Script,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
+        route: Arg | None = None,
+    ) -> Any:
+        """Run ``script`` (one EVALSHA, routed by ``route`` or else its first key),
+        loading it again if the server has forgotten it; a writing script is followed by
+        ``WAIT`` when the URL asks for replica acknowledgements."""
         command = pack_evalsha(script.sha, keys, args)
-        route = keys[0] if keys else None
+        if route is None and keys:
+            route = keys[0]
         wait = bool(self.wait_replicas) and script in scripts.WRITES
         try:
             try:
@@ -275,8 +282,9 @@ class RedisStore(Store):
     # -- the contract --------------------------------------------------------------
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
-        base = room_keys(self.prefix, room).record
-        reply = await self._run(scripts.READ, [base + k for k in keys], ())
+        rk = room_keys(self.prefix, room)
+        base = rk.record
+        reply = await self._run(scripts.READ, [base + k for k in keys], (), rk.meta)
         found = {}
         for i, key in enumerate(keys, 1):
             version = reply[3 * i - 2]
