@@ -6,6 +6,7 @@ The store contract itself is the conformance suite's, which runs on this cluster
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -311,3 +312,23 @@ async def test_failover_loses_no_acknowledged_write(
             await asyncio.to_thread(redis_cluster.wait_ok, 60)
         await waiting.close()
         await plain.close()
+
+
+def test_doctor_prints_the_topology(redis_cluster: Cluster, redis_cluster_url: str) -> None:
+    """The CLI surface: ``doctor`` shows each primary, its slots and its replicas; a plain
+    ``redis://`` URL to a cluster node is a usage error naming cluster mode."""
+    from typer.testing import CliRunner
+
+    from agentrooms.cli import app
+    from agentrooms.cli_common import EXIT_USAGE
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["doctor", "--url", redis_cluster_url], env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output  # warns: no WAIT, no persistence
+    assert result.output.count("replicas 127.0.0.1:") == 3
+    assert "topology" in result.output and "slots 0-" in result.output
+    result = runner.invoke(app, ["doctor", "--url", redis_cluster_url, "--json"])
+    assert len(json.loads(result.output)["details"]["topology"]) == 3
+    plain = f"redis://127.0.0.1:{redis_cluster.ports[0]}/0"
+    result = runner.invoke(app, ["doctor", "--url", plain], env={"COLUMNS": "200"})
+    assert result.exit_code == EXIT_USAGE and "redis+cluster://" in result.output
