@@ -29,7 +29,7 @@ from agentrooms.store import Put, VersionIs, open_store
 from common import Arm, closed_loop, machine, median_arm, ms, ratio_stats, spread, unique
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.cluster_fixture import start_cluster  # noqa: E402  (the repository's root)
+from tests.cluster_fixture import start_cluster  # from the repository root, added above
 
 WRITERS = 8
 PAYLOAD = {"n": 0, "pad": "x" * 100}
@@ -78,7 +78,7 @@ async def raw_arm(host: str, port: int, duration: float) -> Arm:
         async def make(w: int) -> Op:
             key = f"{{{prefix}:{w}}}:k"
             keys.append(key)
-            await client.hset(key, mapping={"ver": 1, "val": text})  # type: ignore[misc]
+            await client.hset(key, mapping={"ver": 1, "val": text})
             version = 1
 
             async def op() -> None:
