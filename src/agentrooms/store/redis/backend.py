@@ -45,7 +45,17 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   queueing counted against their own timeout. The read is bounded by the watch's timeout
   plus ``timeout``.
 
-URL parameters: ``prefix``, ``timeout``, ``connect_timeout`` and the redis-py ones
+Replica acknowledgement. With ``?wait=N`` (and ``wait_timeout``, milliseconds), every
+script that may write is followed by ``WAIT N wait_timeout`` in the same write on the same
+connection; fewer than ``N`` acknowledgements is :class:`ReplicasBehind`, a
+``StoreUnavailable``: the write was applied but a failover could lose it (outcome
+unknown). Without it, replication is asynchronous and a failover can lose acknowledged
+writes, fencing counters included (docs/scaling.md). A cluster is
+:mod:`.cluster`; a plain URL to a cluster node is a ``BadRequest`` at open, and a
+``MOVED`` or ``ASK`` reply one at once.
+
+URL parameters: ``prefix``, ``timeout``, ``connect_timeout``, ``wait``, ``wait_timeout``
+and the redis-py ones
 agentrooms' connections apply (:data:`~agentrooms.store.redis.config.PARAMETERS`); any
 other is a ``BadRequest`` at open, naming it and the accepted ones.
 """
