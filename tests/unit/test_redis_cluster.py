@@ -214,6 +214,30 @@ async def test_a_slot_that_moves_is_followed(
     assert store.refreshes > refreshes
 
 
+async def test_a_connection_broken_mid_call_is_an_unknown_outcome(
+    cluster_store: RedisClusterStore,
+) -> None:
+    """The call fails with ``StoreUnavailable`` (not retried: it may have been applied),
+    the slot map is fetched again, and the next call dials a new connection."""
+    store = cluster_store
+    room = rooms_on_each_primary(store)[0]
+    owner = store._slots[slot_of(room_tag(store.prefix, room))]
+    assert owner is not None
+    await store.last_seq(room)  # the owner's wire is up
+    node = store._nodes[owner]
+    assert node._wire is not None
+    refreshes = store.refreshes
+    call = asyncio.ensure_future(store.transact(room, writes=[Put("k", 1)]))
+    await asyncio.sleep(0)  # written, its reply not yet read
+    node._wire.close("broken by the test")
+    with pytest.raises(StoreUnavailable, match="broken by the test"):
+        await call
+    await asyncio.sleep(0.2)
+    assert store.refreshes > refreshes
+    await store.transact(room, writes=[Put("k", 2)])
+    assert (await store.read(room, ["k"])).records["k"].value == 2
+
+
 async def test_wait_for_replicas(redis_cluster: Cluster, redis_cluster_url: str) -> None:
     """``wait=1``: one replica per primary acknowledges every write; ``wait=2`` cannot be
     met (one replica each): the write is applied but reported as an unknown outcome."""
