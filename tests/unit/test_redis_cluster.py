@@ -47,6 +47,20 @@ def test_every_key_of_a_room_is_in_the_slot_of_its_tag() -> None:
     }
 
 
+def test_cluster_url_parameters_are_checked_at_open_without_io() -> None:
+    with pytest.raises(BadRequest, match="unknown redis URL parameter 'bogus'"):
+        RedisClusterStore("redis+cluster://127.0.0.1:1,127.0.0.1:2/?bogus=1")
+    with pytest.raises(BadRequest, match="database 0"):
+        RedisClusterStore("redis+cluster://127.0.0.1:1/?db=2")
+    store = RedisClusterStore("redis+cluster://127.0.0.1:1/?prefix=p&timeout=2&wait=1")
+    assert (store.prefix, store.timeout, store.wait_replicas, store.wait_ms) == ("p", 2, 1, 1000)
+
+
+async def test_no_node_answering_is_unavailable() -> None:
+    with pytest.raises(StoreUnavailable, match="no node gave a slot map"):
+        await open_store("redis+cluster://127.0.0.1:1/?connect_timeout=0.5")
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
