@@ -8,8 +8,8 @@
   (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
 * redis-cluster: a Redis Cluster of this run's own (3 primaries, one replica each:
   ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
-  the modules in :data:`CLUSTER_SUITES` run on it (``AGENTROOMS_CLUSTER_ALL=1``: every
-  module that uses the ``backend`` fixture).
+  the conformance suites and the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
+  (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
 
 A backend whose service does not answer is skipped on a laptop, but with
 ``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
@@ -32,16 +32,8 @@ from agentrooms.store import Limits, Store, open_store
 from tests.cluster_fixture import Cluster, start_cluster
 
 BACKENDS = ("memory", "sqlite", "redis", "postgres", "redis-cluster")
-CLUSTER_SUITES = frozenset(
-    {
-        "tests/conformance/test_store.py",
-        "tests/conformance/test_rooms.py",
-        "tests/conformance/test_commit.py",
-        "tests/conformance/test_sets_watch_rooms.py",
-        "tests/conformance/test_glance.py",
-        "tests/unit/test_redis_cluster.py",
-    }
-)
+CLUSTER_SUITES = ("tests/conformance/", "tests/unit/test_redis_cluster.py")
+"""Where the ``redis-cluster`` cases run (paths, or folders ending in ``/``)."""
 CLUSTER_ALL = os.environ.get("AGENTROOMS_CLUSTER_ALL", "") not in ("", "0", "false")
 RUN_ID = uuid.uuid4().hex[:10]
 REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")
@@ -98,7 +90,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         on_cluster = callspec is not None and callspec.params.get("backend") == "redis-cluster"
         where = Path(str(item.path)).relative_to(root).as_posix() if on_cluster else ""
-        (dropped if on_cluster and where not in CLUSTER_SUITES else kept).append(item)
+        elsewhere = on_cluster and not where.startswith(CLUSTER_SUITES)
+        (dropped if elsewhere else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -204,7 +204,8 @@ class RedisClusterStore(RedisStore):
             await store._load_scripts()
         except TimeoutError as exc:
             await store.close()
-            raise StoreUnavailable(f"redis-cluster: no slot map from {url!r} in time") from exc
+            shown = redact_url(url)
+            raise StoreUnavailable(f"redis-cluster: no slot map from {shown!r} in time") from exc
         except BaseException:
             await store.close()
             raise
