@@ -6,6 +6,10 @@
   key prefix unique to this run; the run's keys are deleted at the end.
 * postgres: a database created for this run on ``AGENTROOMS_TEST_POSTGRES_URL``
   (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
+* redis-cluster: a Redis Cluster of this run's own (3 primaries, one replica each:
+  ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
+  the conformance suites and the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
+  (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
 
 A backend whose service does not answer is skipped on a laptop, but with
 ``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,8 +29,12 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from agentrooms.store import Limits, Store, open_store
+from tests.cluster_fixture import Cluster, start_cluster
 
-BACKENDS = ("memory", "sqlite", "redis", "postgres")
+BACKENDS = ("memory", "sqlite", "redis", "postgres", "redis-cluster")
+CLUSTER_SUITES = ("tests/conformance/", "tests/unit/test_redis_cluster.py")
+"""Where the ``redis-cluster`` cases run (paths, or folders ending in ``/``)."""
+CLUSTER_ALL = os.environ.get("AGENTROOMS_CLUSTER_ALL", "") not in ("", "0", "false")
 RUN_ID = uuid.uuid4().hex[:10]
 REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")
 REDIS_URL = os.environ.get("AGENTROOMS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -68,6 +77,43 @@ def redis_url() -> Iterator[str]:
             client.delete(key)
     finally:
         client.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``redis-cluster`` cases of modules outside :data:`CLUSTER_SUITES`."""
+    if CLUSTER_ALL:
+        return
+    root = Path(str(config.rootpath))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_cluster = callspec is not None and callspec.params.get("backend") == "redis-cluster"
+        where = Path(str(item.path)).relative_to(root).as_posix() if on_cluster else ""
+        elsewhere = on_cluster and not where.startswith(CLUSTER_SUITES)
+        (dropped if elsewhere else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The run's own Redis Cluster (started on first use, stopped at the session's end)."""
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        unavailable(f"a Redis Cluster of this run's own ({exc})")
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: Cluster) -> str:
+    return redis_cluster.url(f"prefix=artest-{RUN_ID}")
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +180,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         b = Backend(name, f"sqlite:///{tmp_path / 'store.db'}", shared_across_processes=True)
     elif name == "redis":
         b = Backend(name, request.getfixturevalue("redis_url"), True)
+    elif name == "redis-cluster":
+        b = Backend(name, request.getfixturevalue("redis_cluster_url"), True)
     else:
         b = Backend(name, request.getfixturevalue("postgres_url"), True)
     b._opened = request.getfixturevalue("_opened_stores")

@@ -218,6 +218,10 @@ def doctor(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
         if "clock" in info.details:
             table.add_row("expiry judged by", literal(str(info.details["clock"])))
         table.add_row("durability", literal(info.durability))
+        if "wait" in info.details:
+            table.add_row("replica acks", literal(str(info.details["wait"])))
+        for i, shard in enumerate(info.details.get("topology", ())):  # a Redis Cluster
+            table.add_row("topology" if i == 0 else "", literal(str(shard)))
         console.print(table)
         for warning in info.warnings:
             say(literal("warning:", "yellow"), " ", warning)

@@ -6,6 +6,7 @@ URL                    backend
 ``memory://``          in-process reference backend (tests; keeps nothing)
 ``sqlite:///rel.db``   embedded default; ``sqlite:////abs/path.db`` for an absolute path
 ``redis://host:port/db?prefix=ar``            Redis 6.2+ (extra ``agentrooms[redis]``)
+``redis+cluster://h1:p1,h2:p2/?prefix=ar``    Redis Cluster 7+ (extra ``agentrooms[redis]``)
 ``postgresql://user@host:port/dbname``        PostgreSQL 13+ (extra ``agentrooms[postgres]``)
 =====================  ==============================================================
 """
@@ -69,6 +70,8 @@ _BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "sqlite": ("agentrooms.store.sqlite.backend", "SqliteStore", None),
     "redis": ("agentrooms.store.redis.backend", "RedisStore", "redis"),
     "rediss": ("agentrooms.store.redis.backend", "RedisStore", "redis"),
+    "redis+cluster": ("agentrooms.store.redis.cluster", "RedisClusterStore", "redis"),
+    "rediss+cluster": ("agentrooms.store.redis.cluster", "RedisClusterStore", "redis"),
     "postgresql": ("agentrooms.store.postgres.backend", "PostgresStore", "postgres"),
     "postgres": ("agentrooms.store.postgres.backend", "PostgresStore", "postgres"),
 }

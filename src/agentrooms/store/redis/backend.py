@@ -45,7 +45,17 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   queueing counted against their own timeout. The read is bounded by the watch's timeout
   plus ``timeout``.
 
-URL parameters: ``prefix``, ``timeout``, ``connect_timeout`` and the redis-py ones
+Replica acknowledgement. With ``?wait=N`` (and ``wait_timeout``, milliseconds), every
+script that may write is followed by ``WAIT N wait_timeout`` in the same write on the same
+connection; fewer than ``N`` acknowledgements is :class:`ReplicasBehind`, a
+``StoreUnavailable``: the write was applied but a failover could lose it (outcome
+unknown). Without it, replication is asynchronous and a failover can lose acknowledged
+writes, fencing counters included (docs/scaling.md). A cluster is
+:mod:`.cluster`; a plain URL to a cluster node is a ``BadRequest`` at open, and a
+``MOVED`` or ``ASK`` reply one at once.
+
+URL parameters: ``prefix``, ``timeout``, ``connect_timeout``, ``wait``, ``wait_timeout``
+and the redis-py ones
 agentrooms' connections apply (:data:`~agentrooms.store.redis.config.PARAMETERS`); any
 other is a ``BadRequest`` at open, naming it and the accepted ones.
 """
@@ -70,7 +80,7 @@ from agentrooms.errors import (
 )
 from agentrooms.store.base import Store, seen
 from agentrooms.store.redis import scripts
-from agentrooms.store.redis.config import timeouts
+from agentrooms.store.redis.config import replica_wait, timeouts
 from agentrooms.store.redis.durability import judge
 from agentrooms.store.redis.keys import redact_url, room_keys, split_url
 from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
@@ -91,8 +101,18 @@ T = TypeVar("T")
 # ------------------------------------------------------------------------- the store
 
 
-def _unavailable(exc: BaseException) -> StoreUnavailable:
+def _unavailable(exc: BaseException) -> StoreUnavailable | BadRequest:
+    if isinstance(exc, ResponseError) and str(exc).startswith(("MOVED ", "ASK ")):
+        return BadRequest(
+            f"redis: this server is a Redis Cluster node ({exc}): open the store with a "
+            "redis+cluster://host:port,host:port/ URL (cluster mode); nothing was done"
+        )
     return StoreUnavailable(f"redis: {type(exc).__name__}: {exc}")
+
+
+class ReplicasBehind(StoreUnavailable):
+    """A write was applied by the primary but fewer replicas than the URL's ``wait``
+    acknowledged it in time: a failover now could lose it (outcome unknown)."""
 
 
 class RedisStore(Store):
@@ -103,6 +123,7 @@ class RedisStore(Store):
         super().__init__(url, limits)
         driver_url, self.prefix = split_url(url)
         driver_url, self.timeout, self.connect_timeout = timeouts(driver_url)
+        self.wait_replicas, self.wait_ms = replica_wait(url, self.timeout)
         try:
             options: dict[str, Any] = dict(parse_url(driver_url))
         except ValueError as exc:
@@ -132,8 +153,8 @@ class RedisStore(Store):
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
         store = cls(url, limits)
-        try:
-            await store._load_scripts()
+        try:  # pipelined: one round trip
+            await asyncio.gather(store._load_scripts(), store._refuse_cluster())
         except BaseException:
             await store.close()
             raise
@@ -147,6 +168,21 @@ class RedisStore(Store):
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise _unavailable(exc) from exc
 
+    async def _refuse_cluster(self) -> None:
+        """``BadRequest`` if the server is a Redis Cluster node (``INFO cluster``): most
+        rooms would meet ``MOVED`` there, after other rooms' writes had landed."""
+        try:
+            reply = await self._send(pack_command("INFO", "cluster"))
+        except ResponseError:  # INFO renamed or disabled: MOVED is still refused per call
+            return
+        except (RedisError, OSError) as exc:
+            raise _unavailable(exc) from exc
+        if b"cluster_enabled:1" in reply:
+            raise BadRequest(
+                f"redis: {redact_url(self.url)} is a Redis Cluster node: open the store with "
+                "a redis+cluster://host:port,host:port/ URL (cluster mode)"
+            )
+
     async def _load_scripts(self) -> None:
         """SCRIPT LOAD every script, pipelined (the first call dials the wire: a wrong
         address or password fails the store's ``open``)."""
@@ -157,26 +193,62 @@ class RedisStore(Store):
             if scripts.text(sha) != script.sha:
                 raise StoreUnavailable(f"redis loaded {script.name}.lua as {sha}, not {script.sha}")
 
-    async def _run(self, script: scripts.Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """Run ``script`` (one EVALSHA), loading it again if the server has forgotten it."""
+    async def _run(
+        self,
+        script: scripts.Script,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
+        route: Arg | None = None,
+    ) -> Any:
+        """Run ``script`` (one EVALSHA, routed by ``route`` or else its first key),
+        loading it again if the server has forgotten it; a writing script is followed by
+        ``WAIT`` when the URL asks for replica acknowledgements."""
         command = pack_evalsha(script.sha, keys, args)
+        if route is None and keys:
+            route = keys[0]
+        wait = bool(self.wait_replicas) and script in scripts.WRITES
         try:
             try:
-                return await self._send(command)
+                return await self._send(command, route, wait)
             except NoScriptError:
-                await self._send(pack_command("SCRIPT", "LOAD", script.text))
-                return await self._send(command)
+                await self._send(pack_command("SCRIPT", "LOAD", script.text), route)
+                return await self._send(command, route, wait)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
             raise _unavailable(exc) from exc
 
-    async def _command(self, *args: Arg) -> Any:
-        """Any other command on the wire, its errors ours (as :meth:`_run`'s)."""
+    async def _command(self, *args: Arg, route: Arg | None = None) -> Any:
+        """Any other command on the wire (routed by ``route``, its key), its errors ours
+        (as :meth:`_run`'s)."""
         try:
-            return await self._send(pack_command(*args))
+            return await self._send(pack_command(*args), route)
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from exc
 
-    async def _send(self, command: list[bytes]) -> Any:
+    def _wait_command(self) -> list[bytes]:
+        return pack_command("WAIT", self.wait_replicas, self.wait_ms)
+
+    async def _call_waiting(self, wire: Wire, command: list[bytes]) -> Any:
+        """``command`` and ``WAIT`` in one write on ``wire``: the command's reply, or
+        :class:`ReplicasBehind` when fewer replicas than asked acknowledged it in time
+        (``WAIT`` counts every write sent before it on the connection)."""
+        reply, acks = wire.send([*command, *self._wait_command()], 2)
+        try:
+            answer = await reply
+        except BaseException:
+            seen(acks)
+            raise
+        acked = await acks
+        if acked < self.wait_replicas:
+            raise ReplicasBehind(
+                f"redis: the write was applied but only {acked} of {self.wait_replicas} "
+                f"replicas acknowledged it within {self.wait_ms} ms (the URL's wait and "
+                "wait_timeout): a failover could still lose it, so its outcome is unknown"
+            )
+        return answer
+
+    async def _send(
+        self, command: list[bytes], route: Arg | None = None, wait: bool = False
+    ) -> Any:
         """One command on the wire (:mod:`.wire`), its reply within the store's deadline
         (and a dial first, if needed, within ``connect_timeout``). Concurrent
         calls pipeline on the one connection (written at once, or with the other calls of
@@ -189,6 +261,8 @@ class RedisStore(Store):
         wire = self._wire
         if wire is None or not wire.usable:
             wire = await self._redial()  # bounded by the dial's own deadline
+        if wait:
+            return await self._call_waiting(wire, command)
         return await wire.call(command)
 
     async def _redial(self) -> Wire:
@@ -218,8 +292,9 @@ class RedisStore(Store):
     # -- the contract --------------------------------------------------------------
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
-        base = room_keys(self.prefix, room).record
-        reply = await self._run(scripts.READ, [base + k for k in keys], ())
+        rk = room_keys(self.prefix, room)
+        base = rk.record
+        reply = await self._run(scripts.READ, [base + k for k in keys], (), rk.meta)
         found = {}
         for i, key in enumerate(keys, 1):
             version = reply[3 * i - 2]
@@ -314,7 +389,8 @@ class RedisStore(Store):
         return low
 
     async def _last_seq(self, room: str) -> int:
-        seq = await self._command("HGET", room_keys(self.prefix, room).meta, "seq")
+        meta = room_keys(self.prefix, room).meta
+        seq = await self._command("HGET", meta, "seq", route=meta)
         return 0 if seq is None else int(seq)
 
     async def _set_pick(self, room: str, name: str, count: int) -> list[str]:
@@ -323,7 +399,8 @@ class RedisStore(Store):
         return [member.decode() for member in picked]
 
     async def _set_size(self, room: str, name: str) -> int:
-        size: int = await self._command("ZCARD", room_keys(self.prefix, room).set + name)
+        key = room_keys(self.prefix, room).set + name
+        size: int = await self._command("ZCARD", key, route=key)
         return size
 
     async def _watch(self, room: str, after: int, timeout: float) -> int:
@@ -348,7 +425,9 @@ class RedisStore(Store):
         if seq > after or timeout <= 0:
             return seq
         keys = room_keys(self.prefix, room)
-        replies = await self._blocking(partial(scripts.watch_command, keys, after), timeout, 2)
+        replies = await self._blocking(
+            keys.meta, partial(scripts.watch_command, keys, after), timeout, 2
+        )
         if replies is None:  # no watch connection came free, or no time left
             return await self._last_seq(room)
         return 0 if replies[1] is None else int(replies[1])
@@ -366,7 +445,7 @@ class RedisStore(Store):
             return await super()._follow_log(room, after, timeout, limit)
         keys = room_keys(self.prefix, room)
         replies = await self._blocking(
-            partial(scripts.follow_command, keys, after, limit), timeout, 2
+            keys.meta, partial(scripts.follow_command, keys, after, limit), timeout, 2
         )
         if replies is None:
             return await self._read_log(room, after, limit)
@@ -379,7 +458,7 @@ class RedisStore(Store):
         return [scripts.event(eid, fields) for eid, fields in entries]
 
     async def _blocking(
-        self, command: Callable[[int], list[bytes]], timeout: float, replies: int
+        self, route: Arg, command: Callable[[int], list[bytes]], timeout: float, replies: int
     ) -> list[Any] | None:
         """Send ``command(block_ms)`` on a watch connection within ``timeout`` seconds
         and read its ``replies``; ``None`` if no watch connection came free in time.
@@ -399,17 +478,20 @@ class RedisStore(Store):
             if left <= 0:
                 return None
             async with asyncio.timeout(left + self.timeout):
-                return await self._block(command(scripts.block_ms(left)), replies)
+                return await self._block(command(scripts.block_ms(left)), replies, route)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
-            raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
+            raise _unavailable(exc) from exc
         finally:
             self._watchers.release()
 
-    async def _block(self, command: list[bytes], replies: int) -> list[Any]:
+    async def _block(
+        self, command: list[bytes], replies: int, route: Arg | None = None
+    ) -> list[Any]:
         """Send ``command`` on a watch wire (an idle one, or one dialled now) and read
-        its ``replies``. The wire is kept for the next blocking read only if nothing is
-        pending on it; otherwise (cancelled, deadline, error) it is closed, which also
-        frees the blocked client on the server."""
+        its ``replies`` (``route``: the key it reads, for a cluster). The wire is kept
+        for the next blocking read only if nothing is pending on it; otherwise
+        (cancelled, deadline, error) it is closed, which also frees the blocked client
+        on the server."""
         if self._closed:
             raise ConnectionError("the Redis store is closed")
         wire = self._idle_watch.pop() if self._idle_watch else None
@@ -453,6 +535,11 @@ class RedisStore(Store):
                 "redis_version": version,
                 "timeout": self.timeout,
                 "connect_timeout": self.connect_timeout,
+                "wait": (
+                    f"WAIT {self.wait_replicas} replicas, {self.wait_ms} ms, after each write"
+                    if self.wait_replicas
+                    else "off: writes are acknowledged before any replica has them"
+                ),
                 "clock": "the Redis server's clock (TIME, read by each script)",
                 **config,
             },

@@ -30,6 +30,8 @@ PARAMETERS = (
     "password",
     "client_name",
     "max_connections",
+    "wait",
+    "wait_timeout",
     *SSL_PARAMETERS,
 )
 """The URL parameters a Redis store accepts (any other is a ``BadRequest`` at open):
@@ -57,5 +59,38 @@ def timeouts(url: str) -> tuple[str, float, float]:
     timeout = DEFAULT_TIMEOUT if found[0] is None else found[0]
     connect = timeout if found[1] is None else found[1]
     taken = {"timeout", "socket_timeout", "connect_timeout", "socket_connect_timeout"}
+    taken |= {"wait", "wait_timeout"}
     rest = urlencode([(k, v) for k, v in params if k not in taken])
     return urlunsplit(parts._replace(query=rest)), timeout, connect
+
+
+DEFAULT_WAIT_TIMEOUT_MS = 1000
+"""Milliseconds a write waits for its replicas' acknowledgements (``wait_timeout``),
+unless the URL says otherwise; never more than half the reply timeout."""
+
+
+def replica_wait(url: str, timeout: float) -> tuple[int, int]:
+    """``(replicas, ms)`` from the URL's ``wait`` and ``wait_timeout``: after each write
+    the store sends ``WAIT replicas ms`` (:mod:`.durability`); ``(0, 0)`` without
+    ``wait``. ``BadRequest`` for a negative or non-integer count, a non-positive
+    timeout, or a timeout the reply deadline (``timeout``) would cut short."""
+    given = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    replicas = _whole(given, "wait", 0, 0)
+    default = min(DEFAULT_WAIT_TIMEOUT_MS, max(1, int(timeout * 500)))
+    ms = _whole(given, "wait_timeout", default, 1)
+    if "wait_timeout" in given and "wait" not in given:
+        raise BadRequest("wait_timeout is given without wait (the replicas to wait for)")
+    if ms >= timeout * 1000:
+        raise BadRequest(
+            f"wait_timeout={ms} ms must be shorter than the reply timeout ({timeout:g} s)"
+        )
+    return replicas, (ms if replicas else 0)
+
+
+def _whole(given: dict[str, str], name: str, default: int, least: int) -> int:
+    text = given.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise BadRequest(f"{name} must be a whole number of at least {least}, not {text!r}")
+    return int(text)

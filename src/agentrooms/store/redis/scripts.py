@@ -53,6 +53,8 @@ TRIM_LOG = Script("trim_log")
 SET_PICK = Script("set_pick")
 DELETE_ROOM = Script("delete_room")
 SCRIPTS = (TRANSACT, READ, GLANCE, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
+WRITES = frozenset({TRANSACT, TRIM_LOG, SET_PICK, DELETE_ROOM})
+"""The scripts that may write: with ``?wait=N`` each is followed by ``WAIT``."""
 
 
 def compare_arg(c: Compare) -> str:
