@@ -3,6 +3,7 @@ throughput estimate. No store."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -116,5 +117,7 @@ def test_a_consumed_submission_changes_nothing() -> None:
 def test_throughput_is_intents_per_second() -> None:
     rate = _Throughput(size=3)
     assert rate.rate() == 0.0
-    rate._times.extend([10.0, 10.5, 11.0])
-    assert rate.rate() == pytest.approx(2.0)
+    now = time.monotonic()
+    rate._ticks.extend([(now - 2.0, 1), (now - 1.5, 1), (now - 1.0, 2)])
+    assert rate.rate() == pytest.approx(2.0, rel=0.05)
+    assert rate.rate(4, now) == pytest.approx(4.0, rel=0.05)

@@ -42,6 +42,7 @@ from agentrooms.writer.model import (
     _outcome,
     decode_intent,
     encode_intent,
+    increments_of,
 )
 
 __all__ = ["IntentQueue"]
@@ -62,7 +63,8 @@ class IntentQueue:
         self.max_depth = max_depth
 
     async def submit(self, intent: Intent | JSON, *, intent_id: str | None = None) -> str:
-        """Queue ``intent`` (an :class:`Intent` or its JSON form); returns its id.
+        """Queue ``intent`` (an :class:`Intent`, a :class:`QueuedIntent` with increments,
+        or the JSON form of either); returns its id.
 
         One append, O(1), ordered by the store. Idempotent by ``intent_id``: the same
         intent again returns the id and queues nothing; another one under that id raises
@@ -72,11 +74,9 @@ class IntentQueue:
         intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
         payload = encode_intent(intent) if isinstance(intent, Intent) else intent
         decoded = decode_intent(payload)
+        read = [*(p.key for p in decoded.when), *(i.key for i in increments_of(decoded))]
         prepare_transact(
-            [Present(p.key) for p in decoded.when],
-            decoded.writes,
-            decoded.appends,
-            self.scope.store.limits,
+            [Present(k) for k in read], decoded.writes, decoded.appends, self.scope.store.limits
         )
         depth = await self.depth()
         if depth >= self.max_depth:
@@ -93,7 +93,7 @@ class IntentQueue:
         data = {
             "queue": self.keys.name,
             "id": intent_id,
-            "keys": sorted({p.key for p in decoded.when}),
+            "keys": sorted(set(read)),  # what the writer reads to apply it
         }
         key = self.keys.item(intent_id)
         try:
