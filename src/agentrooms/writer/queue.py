@@ -14,7 +14,7 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.rooms import keys as room_keys
-from agentrooms.rooms.follow import follow
+from agentrooms.rooms.follow import follow, route
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import (
@@ -50,6 +50,34 @@ __all__ = ["IntentQueue"]
 
 def _scope_of(room: Room | Scope) -> Scope:
     return room.scope if isinstance(room, Room) else room
+
+
+SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
+
+
+def _settles(event: Event) -> tuple[str, str, str] | None:
+    """The route of a settling event: its queue and intent id."""
+    data = event.data
+    if not isinstance(data, dict):
+        return None
+    queue, intent_id = data.get("queue"), data.get("id")
+    if isinstance(queue, str) and isinstance(intent_id, str):
+        return ("wq", queue, intent_id)
+    return None
+
+
+for _kind in SETTLING:
+    route(_kind, _settles)
+
+
+def _told(intent_id: str, event: Event) -> IntentOutcome:
+    """The outcome a settling event tells (the writer wrote the same on the intent)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    seq = data.get("seq")
+    status = event.type.removeprefix("wq.")
+    return IntentOutcome(
+        intent_id, status, data.get("reason"), seq if isinstance(seq, int) else None
+    )
 
 
 class IntentQueue:
@@ -123,32 +151,27 @@ class IntentQueue:
         return _outcome(intent_id, item)
 
     async def wait(self, intent_id: str, timeout: float = 30.0) -> IntentOutcome:
-        """The intent's outcome once it is settled, woken by the ``wq.<outcome>`` event
-        that settles it (through the process's one follower of the room's log, so many
-        submitters waiting cost one log read per batch of events, not one read each);
+        """The intent's outcome once it is settled, read from the ``wq.<outcome>`` event
+        that settles it (routed to this waiter by the process's one follower of the
+        room's log, so many submitters waiting cost one log read per batch of events,
+        not one read each, and no read of their own once the event came);
         ``TimeoutError`` if it is still queued after ``timeout`` seconds."""
-        settling = {f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD)}
-
-        def settles(event: Event) -> bool:
-            data = event.data
-            return (
-                event.type in settling
-                and isinstance(data, dict)
-                and data.get("queue") == self.keys.name
-                and data.get("id") == intent_id
-            )
-
         deadline = time.monotonic() + timeout
-        async with follow(self.scope.store, self.scope.room, settles) as woken:
-            while True:  # subscribed first: a settlement before it shows in the read
-                outcome = await self.outcome(intent_id)
+        routes = (("wq", self.keys.name, intent_id),)
+        async with follow(self.scope.store, self.scope.room, routes=routes) as woken:
+            outcome = await self.outcome(intent_id)  # subscribed first: none is missed
+            while not outcome.settled:
                 remaining = deadline - time.monotonic()
-                if outcome.settled:
-                    return outcome
                 if remaining <= 0:
                     raise TimeoutError(f"intent {intent_id!r} still queued after {timeout}s")
-                if await woken.wait(min(remaining, 3600.0)):
-                    woken.take()
+                if not await woken.wait(min(remaining, 3600.0)):
+                    continue
+                events, resync = woken.take()
+                told = [_told(intent_id, e) for e in events]
+                outcome = next((o for o in told if o.settled), outcome)
+                if resync:
+                    outcome = await self.outcome(intent_id)
+            return outcome
 
     async def position(self) -> int:
         """The seq of the last submission the writer consumed: trim the log only below it."""
