@@ -458,10 +458,12 @@ class DesignatedWriter(Scenario):
                 intent = Intent(
                     when=[Where(DOC, "n", "==", doc["n"])], writes=[Put(DOC, bumped(doc, name))]
                 )
-                intent_id = await queue.submit(intent, intent_id=f"{op_id}.{attempts}")
+                intent_id = f"{op_id}.{attempts}"
                 remaining = max(0.01, deadline - time.monotonic())
                 try:
-                    outcome = await queue.wait(intent_id, timeout=remaining)
+                    outcome = await queue.submit_and_wait(
+                        intent, intent_id=intent_id, timeout=remaining
+                    )
                 except TimeoutError:  # still queued: the writer may apply it later
                     return Outcome("exhausted", attempts, rejected, doubt=True)
                 if outcome.status == APPLIED:
@@ -511,13 +513,14 @@ class WriterIncrements(DesignatedWriter):
 
         async def op(op_id: str) -> Outcome:
             await _think(self.env.think)
-            intent_id = await queue.submit(intent, intent_id=op_id)
             try:
-                outcome = await queue.wait(intent_id, timeout=self.env.budget)
+                outcome = await queue.submit_and_wait(
+                    intent, intent_id=op_id, timeout=self.env.budget
+                )
             except TimeoutError:  # still queued: the writer may apply it later
                 return Outcome("exhausted", 1, 0, doubt=True)
             if outcome.status != APPLIED:
-                raise RuntimeError(f"intent {intent_id} ended {outcome.status}")
+                raise RuntimeError(f"intent {op_id} ended {outcome.status}")
             return Outcome("ok", 1, 0)
 
         return op

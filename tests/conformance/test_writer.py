@@ -596,3 +596,24 @@ async def test_every_submitter_of_conditional_intents_is_served(store: Store, ro
     assert by == {s: each for s in range(n)}
     assert (await store.read(room.name, ["counter"])).value("counter") == {"n": n * each}
     assert rejected[0] > 0  # the stale reads still show
+
+
+async def test_submit_and_wait_reads_no_outcome(store: Store, room: Room) -> None:
+    """Subscribed before it submits, it learns the outcome from the settling event; an
+    id submitted before is read back instead (the event may be past)."""
+    counting = Interposed(store)
+    queue = IntentQueue(Rooms(counting).room(room.name))
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+    bump = QueuedIntent([], increments=[Increment("hits")])
+    outcomes = await asyncio.gather(
+        *(queue.submit_and_wait(bump, intent_id=f"b{i}", timeout=30) for i in range(8))
+    )
+    reads = counting.reads
+    again = await queue.submit_and_wait(bump, intent_id="b0", timeout=30)
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert [o.status for o in outcomes] == ["applied"] * 8 and all(o.seq for o in outcomes)
+    assert reads == 0  # the depth is a set size, the outcome came with the event
+    assert (again.status, again.seq) == ("applied", outcomes[0].seq)
+    assert (await store.read(room.name, ["hits"])).value("hits") == 8

@@ -148,17 +148,26 @@ def decode_intent(data: JSON) -> Intent:
         ]
     except (KeyError, TypeError, AttributeError) as exc:
         raise BadRequest(f"malformed intent: {type(exc).__name__}: {exc}") from exc
-    targets = [w.name if isinstance(w, SetAdd | SetRemove) else w.key for w in writes]
-    for target in [*targets, *(i.key for i in increments)]:
+    intent = (
+        QueuedIntent(when, writes, appends, increments)
+        if increments
+        else Intent(when, writes, appends)
+    )
+    check_targets(intent)
+    return intent
+
+
+def check_targets(intent: Intent) -> None:
+    """``BadRequest`` if the intent writes a key the queue, the locks or the room
+    reserve."""
+    targets = [w.name if isinstance(w, SetAdd | SetRemove) else w.key for w in intent.writes]
+    for target in [*targets, *(i.key for i in increments_of(intent))]:
         if (
             not isinstance(target, str)
             or target == room_keys.ARCHIVED
             or target.startswith(RESERVED)
         ):
             raise BadRequest(f"an intent may not write the reserved key {target!r}")
-    if increments:
-        return QueuedIntent(when, writes, appends, increments)
-    return Intent(when, writes, appends)
 
 
 def _decode_write(w: dict[str, Any]) -> Write:
@@ -172,9 +181,11 @@ def _decode_write(w: dict[str, Any]) -> Write:
     raise BadRequest(f"unknown write op {op!r}")
 
 
-def _digest(payload: JSON) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _digest(payload: JSON) -> tuple[str, int]:
+    """The payload's digest (to tell a re-submission from another intent under the
+    same id) and the size of its JSON text in bytes."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(text).hexdigest(), len(text)
 
 
 # ---------------------------------------------------------------------------- outcomes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentrooms.commit import Change, Intent, View
@@ -48,24 +48,21 @@ class _Step:
     event: Event
     lock: Lock
     retention: float
+    id: str = field(init=False)  # the intent id (a stray one without a usable id: seq-<n>)
+    item: str = field(init=False)  # the intent's record
+    read_keys: list[str] = field(init=False)  # what applying it reads
 
-    @property
-    def id(self) -> str:
-        """The intent id (a stray submission without a usable one gets ``seq-<n>``)."""
+    def __post_init__(self) -> None:
         try:
-            return room_keys.check_name(_field(self.event, "id"), "intent id")
+            intent_id = room_keys.check_name(_field(self.event, "id"), "intent id")
         except BadRequest:
-            return f"seq-{self.event.seq}"
-
-    @property
-    def item(self) -> str:
-        return self.q.item(self.id)
-
-    @property
-    def read_keys(self) -> list[str]:
+            intent_id = f"seq-{self.event.seq}"
         found = _field(self.event, "keys")
         keys = [k for k in found if isinstance(k, str)] if isinstance(found, list) else []
-        return [self.q.cursor, self.item, *keys]
+        item = self.q.item(intent_id)
+        object.__setattr__(self, "id", intent_id)
+        object.__setattr__(self, "item", item)
+        object.__setattr__(self, "read_keys", [self.q.cursor, item, *keys])
 
     def change(
         self,
@@ -94,7 +91,8 @@ class _Step:
         return int((view.get(self.q.cursor) or {"seq": 0})["seq"]) >= self.event.seq
 
     def settle(self, now: float, item: dict[str, Any], status: str, reason: JSON) -> list[Write]:
-        settled = {**item, "status": status, "reason": reason, "seq": self.event.seq}
+        kept = {k: v for k, v in item.items() if k != "intent"}  # settled: not needed again
+        settled = {**kept, "status": status, "reason": reason, "seq": self.event.seq}
         return [
             Put(self.item, {**settled, "at": now}, ttl=self.retention),
             SetRemove(self.q.queued, self.id),
@@ -239,7 +237,9 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
         writes, failed = _effects(state, intent)
     status = REJECTED if failed else APPLIED
     appends = [] if failed else list(intent.appends)
-    size = len(json.dumps(item["intent"], separators=(",", ":")))
+    size = item.get("bytes")  # the submitter measured it
+    if not isinstance(size, int):
+        size = len(json.dumps(item["intent"], separators=(",", ":")))
     settle = step.settle(state.now, item, status, failed)
     if not batch.fits(len(writes) + len(settle), len(appends) + 1, size, limit):
         return False

@@ -24,7 +24,7 @@ from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.writer.model import DEAD, OUTAGE_PAUSE, SUBMITTED, QueueKeys
-from agentrooms.writer.queue import _scope_of
+from agentrooms.writer.queue import DEPTH_EVERY, _scope_of
 from agentrooms.writer.transitions import (
     Poison,
     _apply_batch,
@@ -95,6 +95,7 @@ class Writer:
         self.idle, self.retention = idle, retention
         self._rate = _Throughput()
         self._lost: Lock | None = None
+        self._depth_at = -DEPTH_EVERY  # when the depth gauge was last set
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Queue for the lock, serve while holding it, queue again when deposed; release
@@ -162,8 +163,11 @@ class Writer:
         settled = await self._settle(steps)
         if events:
             position = events[-1].seq
-        depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
-        self.metrics.depth(self.scope.room, self.keys.name, depth)
+        now = time.monotonic()
+        if not events or now - self._depth_at >= DEPTH_EVERY:  # the gauge, not every write
+            depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
+            self.metrics.depth(self.scope.room, self.keys.name, depth)
+            self._depth_at = now
         return position, len(events), settled
 
     async def _settle(self, steps: list[_Step]) -> int:
