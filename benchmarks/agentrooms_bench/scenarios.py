@@ -30,7 +30,8 @@ lease              per-task leases: ``claim_next`` a task (each task its own rec
                    of claim and completion (the plan is refilled in the background)
 writer             designated writer: read, think, submit a *conditional* intent
                    (``doc.n == n read``), wait for its outcome; a rejected intent is
-                   re-read, re-thought and resubmitted (full jitter). One ``Writer``
+                   re-read, re-thought and resubmitted (at once: the queue orders the
+                   retries, a growing backoff would starve the losers). One ``Writer``
                    applies the queue, many intents per write, each predicate on the state
                    the intents before it left. Rejected: intents whose predicate no
                    longer held
@@ -445,12 +446,10 @@ class DesignatedWriter(Scenario):
         store, name = self.env.store(i), agent_name(i)
         room = Rooms(store, metrics=self.env.metrics).room(self.env.room)
         queue = IntentQueue(room, max_depth=1_000_000)
-        backoff, rng = FullJitter(BASE, CAP), random.Random()
 
         async def op(op_id: str) -> Outcome:
             deadline = time.monotonic() + self.env.budget
             attempts = rejected = 0
-            delay = 0.0
             while True:
                 doc = (await store.read(self.env.room, [DOC])).value(DOC)
                 await _think(self.env.think)
@@ -471,10 +470,11 @@ class DesignatedWriter(Scenario):
                 if outcome.status != REJECTED:
                     raise RuntimeError(f"intent {intent_id} ended {outcome.status}")
                 rejected += 1
-                delay = backoff.delay(attempts, delay, rng)
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() > deadline:
                     return Outcome("exhausted", attempts, rejected)
-                await asyncio.sleep(delay)
+                # no backoff: the rejection is no contention on the store but the queue's
+                # order, and backing off longer after every rejection is what starves an
+                # agent (its intents arrive ever later than those of the agents that won)
 
         return op
 

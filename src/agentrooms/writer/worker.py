@@ -23,6 +23,7 @@ from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
+from agentrooms.store.types import Event
 from agentrooms.writer.model import DEAD, OUTAGE_PAUSE, SUBMITTED, QueueKeys
 from agentrooms.writer.queue import DEPTH_EVERY, _scope_of
 from agentrooms.writer.transitions import (
@@ -96,6 +97,7 @@ class Writer:
         self._rate = _Throughput()
         self._lost: Lock | None = None
         self._depth_at = -DEPTH_EVERY  # when the depth gauge was last set
+        self._ahead: tuple[int, asyncio.Future[list[Event]]] | None = None  # a page read ahead
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Queue for the lock, serve while holding it, queue again when deposed; release
@@ -132,6 +134,7 @@ class Writer:
                     self._check()
                     await asyncio.sleep(OUTAGE_PAUSE)
         finally:
+            self._drop_ahead()
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -140,11 +143,14 @@ class Writer:
     async def apply_pending(self, lock: Lock) -> int:
         """Apply every intent queued now under ``lock`` (no waiting); how many settled."""
         position, total = await self.position(), 0
-        while True:
-            position, seen, settled = await self._consume(lock, position)
-            total += settled
-            if not seen:
-                return total
+        try:
+            while True:
+                position, seen, settled = await self._consume(lock, position)
+                total += settled
+                if not seen:
+                    return total
+        finally:
+            self._drop_ahead()
 
     async def position(self) -> int:
         cursor = (await self.scope.read([self.keys.cursor])).value(self.keys.cursor)
@@ -154,21 +160,42 @@ class Writer:
         """Settle the submissions among the next page of log events; returns the new
         read position, how many events were read and how many intents settled."""
         page = min(self.scope.store.limits.max_page, 2 * self.batch)
-        events = await self.scope.store.read_log(self.scope.room, position, page)
+        events = await self._page(position, page)
         steps = [
             _Step(self.keys, event, lock, self.retention)
             for event in events
             if event.type == SUBMITTED and _field(event, "queue") == self.keys.name
         ]
-        settled = await self._settle(steps)
         if events:
             position = events[-1].seq
+        if steps:  # busy: read the next page while this batch is written
+            ahead = self.scope.store.read_log(self.scope.room, position, page)
+            self._ahead = (position, asyncio.ensure_future(ahead))
+        try:
+            settled = await self._settle(steps)
+        except BaseException:
+            self._drop_ahead()
+            raise
         now = time.monotonic()
         if not events or now - self._depth_at >= DEPTH_EVERY:  # the gauge, not every write
             depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
             self.metrics.depth(self.scope.room, self.keys.name, depth)
             self._depth_at = now
         return position, len(events), settled
+
+    async def _page(self, position: int, page: int) -> list[Event]:
+        """The events after ``position``: the page read ahead for it, if there is one."""
+        if self._ahead is not None and self._ahead[0] == position:
+            task, self._ahead = self._ahead[1], None
+            return await task
+        self._drop_ahead()
+        return await self.scope.store.read_log(self.scope.room, position, page)
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            task, self._ahead = self._ahead[1], None
+            task.cancel()
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _settle(self, steps: list[_Step]) -> int:
         """Settle ``steps`` in order, as many per write as fit; how many settled."""
