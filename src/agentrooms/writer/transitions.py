@@ -142,7 +142,8 @@ class _Batch:
 
     state: _Running
     sets: dict[tuple[str, str], Write]
-    appends: list[Append]
+    appends: list[Append]  # the applied intents' appends and outcomes, in queue order
+    told_first: list[Append]  # the outcomes of the rejected (and skipped) intents
     settled: list[dict[str, Any]]
     ops: int
     size: int
@@ -150,7 +151,9 @@ class _Batch:
 
     def fits(self, writes: int, appends: int, size: int, limit: _Limit) -> bool:
         first = not self.settled and self.last is None
-        total = self.ops + len(self.state.writes) + len(self.sets) + writes + appends + 1
+        written = len(self.state.writes) + len(self.sets) + 1  # + the cursor
+        told = len(self.appends) + len(self.told_first)
+        total = self.ops + written + told + writes + appends
         return first or (total <= limit.ops and self.size + size <= limit.size)
 
     def write(self, w: Write) -> None:
@@ -179,12 +182,15 @@ def _apply_batch(
 ) -> Change:
     """Settle ``steps`` (in queue order) in one change: each intent's predicates are
     evaluated on the state the intents before it left, its writes and outcome join the
-    batch, and the cursor moves past the last one settled. Stops before an intent that
-    would take the batch over ``limit``, or before one that cannot be applied (raising
-    ``Poison`` when it is the first). ``result``: the steps taken and their outcomes;
-    ``stats(settled)`` is merged into the cursor (the writer's throughput)."""
+    batch, and the cursor moves past the last one settled. The outcomes of rejected
+    intents are appended first: their submitters, who must retry, learn it before the
+    winners, so the next batch starts with them (the queue's order rotates). Stops
+    before an intent that would take the batch over ``limit``, or before one that
+    cannot be applied (raising ``Poison`` when it is the first). ``result``: the steps
+    taken and their outcomes; ``stats(settled)`` is merged into the cursor (the
+    writer's throughput)."""
     view.need(k for step in steps for k in step.read_keys)
-    batch = _Batch(_Running(view), {}, [], [], ops=len(view._keys) + 1, size=0)
+    batch = _Batch(_Running(view), {}, [], [], [], ops=len(view._keys) + 1, size=0)
     taken = 0
     for step in steps[: limit.count]:
         if step.consumed(view):
@@ -205,7 +211,8 @@ def _apply_batch(
     cursor = view.get(last.q.cursor) or {"seq": 0}
     moved = {**cursor, **stats(len(batch.settled)), "seq": last.event.seq, "at": view.now}
     writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
-    return Change(writes, batch.appends, [last.lock.guard()], result)
+    appends = [*batch.told_first, *batch.appends]
+    return Change(writes, appends, [last.lock.guard()], result)
 
 
 def _apply_intent(view: View, _: None, *, step: _Step, stats: dict[str, Any]) -> Change:
@@ -227,7 +234,7 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
     if not isinstance(item, dict) or item.get("status") != QUEUED:  # duplicate or stray
         if not batch.fits(0, 1, 0, limit):
             return False
-        batch.appends.append(Append("wq.skipped", {**head, **by}, step.lock.owner))
+        batch.told_first.append(Append("wq.skipped", {**head, **by}, step.lock.owner))
         batch.last = step
         return True
     intent = decode_intent(item["intent"])
@@ -246,7 +253,11 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
     for w in [*writes, *settle]:
         batch.write(w)
     event = {**head, "reason": failed, **by}
-    batch.appends += [*appends, Append(f"wq.{status}", event, step.lock.owner)]
+    outcome = Append(f"wq.{status}", event, step.lock.owner)
+    if failed:
+        batch.told_first.append(outcome)
+    else:
+        batch.appends += [*appends, outcome]
     batch.settled.append({"id": step.id, "status": status, "time": step.event.time})
     batch.size += size
     batch.last = step
