@@ -212,6 +212,10 @@ def _apply_batch(
     moved = {**cursor, **stats(len(batch.settled)), "seq": last.event.seq, "at": view.now}
     writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
     appends = [*batch.told_first, *batch.appends]
+    result["appends"] = len(appends)
+    result["outcomes"] = [
+        [i, a.type, a.data] for i, a in enumerate(appends) if a.type.startswith("wq.")
+    ]  # to tell this process's waiters (rooms.follow.tell) without a read of the log
     return Change(writes, appends, [last.lock.guard()], result)
 
 

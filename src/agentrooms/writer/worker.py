@@ -20,6 +20,7 @@ from agentrooms.errors import (
 )
 from agentrooms.metrics import WriterMetrics, default_writer_metrics
 from agentrooms.rooms import keys as room_keys
+from agentrooms.rooms.follow import tell
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
@@ -244,8 +245,15 @@ class Writer:
 
         apply = partial(_apply_batch, steps=steps, limit=limit, stats=stats)
         read_keys = dict.fromkeys(k for step in steps for k in step.read_keys)
-        done = (await self.scope.commit(apply, None, list(read_keys))).result
+        committed = await self.scope.commit(apply, None, list(read_keys))
+        done = committed.result
         elapsed = time.monotonic() - started
+        if done.get("appends") == len(committed.seqs):
+            told = [
+                Event(committed.seqs[i], kind, data, done["at"], self.owner)
+                for i, kind, data in done["outcomes"]
+            ]
+            tell(self.scope.store, self.scope.room, told)
         if done["settled"]:
             self._rate.tick(started, len(done["settled"]))
         for outcome in done["settled"]:
