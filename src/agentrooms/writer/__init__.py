@@ -36,11 +36,16 @@ Rules:
   refuses its writes...) is retried; after ``max_failures`` it goes to the dead letters
   with its reason, and the queue moves on. A store outage is not counted against it.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
-  ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput
-  (depth is checked, then the append made: concurrent submitters can overshoot the limit
-  by at most their number).
+  ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.
+  The depth is read before the append, except while the last reading plus this
+  ``IntentQueue``'s submissions since is under half the limit and less than
+  ``DEPTH_EVERY`` (0.1 s) old. So the limit can be overshot: by one submission per
+  concurrent submitter, and by what each ``IntentQueue`` submits on a recent reading
+  (less than half the limit).
 * **Observable.** Every outcome is a ``wq.<applied|rejected|dead|skipped>`` event naming
-  the writer and its fence; ``wq.failed`` counts each exception of a poison intent.
+  the writer and its fence (a batch appends its rejections before its applied outcomes,
+  so the submitters who must retry hear first); ``wq.failed`` counts each exception of
+  a poison intent.
 * **Retention.** Settled intents are kept ``retention`` seconds (a re-submitted id is
   recognised meanwhile). Never trim the room log past :meth:`IntentQueue.position`.
 """
