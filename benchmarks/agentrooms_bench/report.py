@@ -176,6 +176,8 @@ class Group:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "fold_ms": self.extra("fold_ms"),
+            "jain": self.closed("jain"),
+            "served": self.closed("served"),
         }
 
 
@@ -300,7 +302,9 @@ def markdown(report: Report, meta: dict[str, Any], plots: list[Path]) -> str:
         "",
         "Goodput: acked updates/s in the closed loop (median over repetitions, range). "
         "Rejection: write attempts that did not take effect / all attempts. Latency: open "
-        "loop, from each arrival's scheduled time.",
+        "loop, from each arrival's scheduled time. Jain: fairness of the acked updates "
+        "over the agents in the closed loop (1 = equal shares); served: agents with at "
+        "least one.",
         "",
     ]
     lines += [f"- `{name}`: {what}" for name, what in DESCRIPTIONS.items()]
@@ -311,8 +315,9 @@ def markdown(report: Report, meta: dict[str, Any], plots: list[Path]) -> str:
             "",
             "| policy | writers | goodput/s | range | vs raw | rejection | attempts/update "
             "| attempts p99 | open rate/s | p50 ms | p99 ms | p99 range | p99.9 ms | missed "
-            "| lost | dup |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| Jain | served | lost | dup |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+            "|---:|---:|",
         ]
         for g in groups:
             r = g.row()
@@ -323,7 +328,8 @@ def markdown(report: Report, meta: dict[str, Any], plots: list[Path]) -> str:
                 f"{_num(r['attempts_per_update'])} | {_num(r['attempts_p99'], 0)} | "
                 f"{_rate(r['open_rate'])} | {_ms(r['open_p50_s'])} | {_ms(r['open_p99_s'])} | "
                 f"{_ms(r['open_p99_min_s'])}-{_ms(r['open_p99_max_s'])} | "
-                f"{_ms(r['open_p999_s'])} | {_num(r['open_missed'], 0)} | {r['lost']} | "
+                f"{_ms(r['open_p999_s'])} | {_num(r['open_missed'], 0)} | "
+                f"{_num(r['jain'], 3)} | {_num(r['served'], 0)}/{g.writers} | {r['lost']} | "
                 f"{r['duplicated']} |"
             )
         folds = [g for g in groups if g.policy == "log" and g.extra("fold_ms") is not None]

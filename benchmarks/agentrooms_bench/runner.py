@@ -137,10 +137,21 @@ def _pct(ordered: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def summarize(records: list[OpRecord], elapsed: float) -> dict[str, Any]:
-    """The numbers of one phase."""
+def jain(counts: list[int]) -> float | None:
+    """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 when all equal."""
+    squares = sum(x * x for x in counts)
+    return sum(counts) ** 2 / (len(counts) * squares) if squares else None
+
+
+def summarize(records: list[OpRecord], elapsed: float, agents: int = 0) -> dict[str, Any]:
+    """The numbers of one phase (``jain``: the fairness of acked updates over
+    ``agents`` agents)."""
     done = [r for r in records if r.outcome != "missed"]
     ok = [r for r in done if r.outcome == "ok"]
+    per_agent = [0] * agents
+    for r in ok:
+        if 0 <= r.agent < agents:
+            per_agent[r.agent] += 1
     latencies = sorted(r.latency for r in records if r.outcome in ("ok", "missed"))
     attempts = sum(r.attempts for r in done)
     rejected = sum(r.rejected for r in done)
@@ -162,6 +173,8 @@ def summarize(records: list[OpRecord], elapsed: float) -> dict[str, Any]:
         "p99": _pct(latencies, 0.99),
         "p999": _pct(latencies, 0.999),
         "max": latencies[-1] if latencies else None,
+        "jain": jain(per_agent) if agents else None,
+        "served": sum(1 for n in per_agent if n) if agents else None,
     }
 
 
@@ -264,7 +277,7 @@ class _Cell:
             await self.closed("warmup", settings.warmup)
         mark = len(self.records)
         elapsed = await self.closed("closed", settings.duration)
-        closed = summarize(self.records[mark:], elapsed)
+        closed = summarize(self.records[mark:], elapsed, self.spec.writers)
         rate = settings.rate if settings.rate else settings.load * closed["goodput"]
         opened: dict[str, Any] | None = None
         if rate > 0 and settings.open_duration > 0:

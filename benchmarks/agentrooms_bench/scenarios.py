@@ -30,8 +30,14 @@ lease              per-task leases: ``claim_next`` a task (each task its own rec
                    of claim and completion (the plan is refilled in the background)
 writer             designated writer: read, think, submit a *conditional* intent
                    (``doc.n == n read``), wait for its outcome; a rejected intent is
-                   re-read, re-thought and resubmitted (full jitter). One ``Writer``
-                   applies the queue. Rejected: intents whose predicate no longer held
+                   re-read, re-thought and resubmitted (at once: the queue orders the
+                   retries, a growing backoff would starve the losers). One ``Writer``
+                   applies the queue, many intents per write, each predicate on the state
+                   the intents before it left. Rejected: intents whose predicate no
+                   longer held
+writer-inc         designated writer, unconditional: think, submit an intent of two
+                   increments (the total and the agent's tally; no predicate), wait
+                   for its outcome. Rejected: none can be
 log                append-only log: think, append one event (no compare, never rejected);
                    the state is the fold of the log (its cost is reported as ``fold_ms``)
 crdt               CRDT G-counter: think, increment the local replica, ``push`` it to the
@@ -435,15 +441,15 @@ class DesignatedWriter(Scenario):
         from agentrooms.writer import IntentQueue
         from agentrooms.writer.model import APPLIED, REJECTED
 
-        store, name = AgentStore(self.env.store(i)), agent_name(i)
+        # the handle itself, not a wrapper: a wrapper has an identity of its own, so each
+        # agent would run a follower of the room's log of its own (see rooms.follow)
+        store, name = self.env.store(i), agent_name(i)
         room = Rooms(store, metrics=self.env.metrics).room(self.env.room)
         queue = IntentQueue(room, max_depth=1_000_000)
-        backoff, rng = FullJitter(BASE, CAP), random.Random()
 
         async def op(op_id: str) -> Outcome:
             deadline = time.monotonic() + self.env.budget
             attempts = rejected = 0
-            delay = 0.0
             while True:
                 doc = (await store.read(self.env.room, [DOC])).value(DOC)
                 await _think(self.env.think)
@@ -451,10 +457,12 @@ class DesignatedWriter(Scenario):
                 intent = Intent(
                     when=[Where(DOC, "n", "==", doc["n"])], writes=[Put(DOC, bumped(doc, name))]
                 )
-                intent_id = await queue.submit(intent, intent_id=f"{op_id}.{attempts}")
+                intent_id = f"{op_id}.{attempts}"
                 remaining = max(0.01, deadline - time.monotonic())
                 try:
-                    outcome = await queue.wait(intent_id, timeout=remaining)
+                    outcome = await queue.submit_and_wait(
+                        intent, intent_id=intent_id, timeout=remaining
+                    )
                 except TimeoutError:  # still queued: the writer may apply it later
                     return Outcome("exhausted", attempts, rejected, doubt=True)
                 if outcome.status == APPLIED:
@@ -462,10 +470,11 @@ class DesignatedWriter(Scenario):
                 if outcome.status != REJECTED:
                     raise RuntimeError(f"intent {intent_id} ended {outcome.status}")
                 rejected += 1
-                delay = backoff.delay(attempts, delay, rng)
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() > deadline:
                     return Outcome("exhausted", attempts, rejected)
-                await asyncio.sleep(delay)
+                # no backoff: the rejection is no contention on the store but the queue's
+                # order, and backing off longer after every rejection is what starves an
+                # agent (its intents arrive ever later than those of the agents that won)
 
         return op
 
@@ -477,9 +486,44 @@ class DesignatedWriter(Scenario):
             self.extra["writer_stop"] = "timed out"
         snap = self.writer.metrics.snapshot()
         self.extra["writer_apply_p99_ms"] = round(snap["apply_p99"] * 1000, 3)
+        commits = self.writer.metrics.registry.get_sample_value(
+            "agentrooms_commits_total", {"outcome": "ok"}
+        )
+        settled = sum(snap["outcomes"].values())
+        if commits:
+            self.extra["intents_per_write"] = round(settled / commits, 2)
 
     async def applied(self) -> Applied:
         return await self._doc_counts()
+
+
+class WriterIncrements(DesignatedWriter):
+    name = "writer-inc"
+
+    def agent(self, i: int) -> Op:
+        from agentrooms.writer import Increment, IntentQueue, QueuedIntent
+        from agentrooms.writer.model import APPLIED
+
+        store, name = self.env.store(i), agent_name(i)  # the handle: see DesignatedWriter
+        room = Rooms(store, metrics=self.env.metrics).room(self.env.room)
+        queue = IntentQueue(room, max_depth=1_000_000)
+        intent = QueuedIntent(
+            [], increments=[Increment(DOC, 1, "n"), Increment(DOC, 1, f"by.{name}")]
+        )
+
+        async def op(op_id: str) -> Outcome:
+            await _think(self.env.think)
+            try:
+                outcome = await queue.submit_and_wait(
+                    intent, intent_id=op_id, timeout=self.env.budget
+                )
+            except TimeoutError:  # still queued: the writer may apply it later
+                return Outcome("exhausted", 1, 0, doubt=True)
+            if outcome.status != APPLIED:
+                raise RuntimeError(f"intent {op_id} ended {outcome.status}")
+            return Outcome("ok", 1, 0)
+
+        return op
 
 
 # ------------------------------------------------------------------------ append-only
@@ -623,6 +667,7 @@ _ALL: tuple[type[Scenario], ...] = (
     WholeLock,
     Leases,
     DesignatedWriter,
+    WriterIncrements,
     AppendLog,
     CrdtCounter,
     Raw,
@@ -640,8 +685,9 @@ DESCRIPTIONS = {
     "lock": "whole-document lock (fenced; queued wait_acquire), read-think-write under it; "
     "rejection = acquisition tries that found it held",
     "lease": "per-task leases: claim_next, think under the lease, complete (2 writes)",
-    "writer": "designated writer applying conditional intents in order; rejection = "
-    "intents whose predicate no longer held",
+    "writer": "designated writer applying conditional intents in order, in batches; "
+    "rejection = intents whose predicate no longer held",
+    "writer-inc": "designated writer applying unconditional increments in order, in batches",
     "log": "append-only log, state as the fold of the log",
     "crdt": "CRDT G-counter, local increment + push to its own replica record",
     "raw": "raw client compare-and-set loop (full jitter): the ratio's denominator",

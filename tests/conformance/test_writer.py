@@ -8,20 +8,29 @@ killable handles of the same store (see ``writer_workers``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import multiprocessing
 import os
+import random
 import signal
 import uuid
 from typing import Any
 
 import pytest
 
-from agentrooms.commit import Intent
-from agentrooms.errors import BadRequest, IdempotencyMismatch, RateLimited, StaleFence
+from agentrooms.commit import Intent, Where
+from agentrooms.errors import (
+    BadRequest,
+    IdempotencyMismatch,
+    PayloadTooLarge,
+    RateLimited,
+    StaleFence,
+)
 from agentrooms.rooms import Room, Rooms
 from agentrooms.store import Append, Put, SetAdd, Store
-from agentrooms.writer import IntentQueue, Writer, WriterMetrics
+from agentrooms.writer import Increment, IntentQueue, QueuedIntent, Writer, WriterMetrics
 from tests.conformance import writer_workers as ww
 from tests.conftest import Backend
 from tests.helpers import Interposed
@@ -35,6 +44,7 @@ async def room(store: Store) -> Room:
 
 
 def writer(room: Room, owner: str = "w1", **options: Any) -> Writer:
+    """A writer with metrics of its own (so a test can count its writes)."""
     return Writer(room, owner=owner, metrics=WriterMetrics(), **options)
 
 
@@ -209,7 +219,8 @@ async def test_depth_and_latency_metrics(room: Room) -> None:
     assert sample("agentrooms_writer_apply_seconds_count") == 4
     assert sample("agentrooms_writer_queue_wait_seconds_count") == 4
     assert sample("agentrooms_writer_intents_total", {"outcome": "applied"}) == 4
-    assert sample("agentrooms_commits_total", {"outcome": "ok"}) == 4  # the commit loop's
+    # the commit loop's: the four intents are settled in one batch write
+    assert sample("agentrooms_commits_total", {"outcome": "ok"}) == 1
     assert metrics.snapshot()["apply_p99"] > 0
 
 
@@ -327,3 +338,282 @@ async def test_failover_applies_every_intent_once_in_order(
         0 < switch < total and set(by[:switch]) == {victim} and set(by[switch:]) == {survivor.owner}
     )
     assert applied[switch]["fence"] > applied[switch - 1]["fence"]
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def commits(w: Writer) -> float:
+    return w.metrics.registry.get_sample_value("agentrooms_commits_total", {"outcome": "ok"}) or 0
+
+
+def outcome_events(log: list[Any]) -> dict[str, list[str]]:
+    """Per intent id, the outcome events the writer appended for it."""
+    found: dict[str, list[str]] = {}
+    for e in log:
+        if e.type in ("wq.applied", "wq.rejected", "wq.dead"):
+            found.setdefault(e.data["id"], []).append(e.type)
+    return found
+
+
+async def test_a_batch_evaluates_each_intent_on_the_state_the_earlier_ones_left(
+    store: Store, room: Room
+) -> None:
+    """Ten links of a chain and a stale duplicate in the middle, settled in one write:
+    each link sees the counter its predecessor moved; the duplicate, computed from an
+    old read, is rejected and the links after it are not affected."""
+    queue = IntentQueue(room)
+    ids = [await queue.submit(ww.chain_intent(i)) for i in range(5)]
+    stale = await queue.submit(ww.chain_intent(2))
+    ids += [await queue.submit(ww.chain_intent(i)) for i in range(5, 10)]
+    w = writer(room)
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await w.apply_pending(lock) == 11
+    assert commits(w) == 1  # one store write for the eleven
+    assert {(await queue.outcome(i)).status for i in ids} == {"applied"}
+    rejected = await queue.outcome(stale)
+    assert (rejected.status, rejected.reason) == ("rejected", ["counter.n == 2"])
+    assert await chain_log(store, room) == list(range(10))
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 10}
+    log = await store.read_log(room.name, 0, 10_000)
+    assert outcome_events(log) == {
+        **{i: ["wq.applied"] for i in ids},
+        stale: ["wq.rejected"],
+    }  # every outcome recorded once
+    assert await queue.depth() == 0 and await queue.position() == max(
+        e.seq for e in log if e.type == "wq.submitted"
+    )
+
+
+async def test_a_rejected_intent_in_a_batch_writes_nothing_of_its_own(
+    store: Store, room: Room
+) -> None:
+    queue = IntentQueue(room)
+    a = await queue.submit(Intent([], [Put("a", 1), SetAdd("s", "a")], [Append("note", "a")]))
+    b = await queue.submit(
+        Intent([Where("a", None, "==", 2)], [Put("b", 1), SetAdd("s", "b")], [Append("note", "b")])
+    )
+    c = await queue.submit(Intent([Where("a", None, "==", 1)], [Put("a", 3), Put("c", 1)]))
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    w = writer(room)
+    assert await w.apply_pending(lock) == 3 and commits(w) == 1
+    assert [(await queue.outcome(i)).status for i in (a, b, c)] == [
+        "applied",
+        "rejected",
+        "applied",
+    ]
+    snap = await store.read(room.name, ["a", "b", "c"])
+    assert (snap.value("a"), snap.value("b"), snap.value("c")) == (3, None, 1)  # last write wins
+    assert await store.set_size(room.name, "s") == 1
+    log = await store.read_log(room.name, 0, 10_000)
+    assert [e.data for e in log if e.type == "note"] == ["a"]
+
+
+async def test_batches_are_bounded_by_count_bytes_and_the_stores_operations(
+    store: Store, room: Room
+) -> None:
+    queue = IntentQueue(room)
+    ids = [await queue.submit(ww.chain_intent(i)) for i in range(12)]
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    by_count = writer(room, batch=5)
+    assert await by_count.apply_pending(lock) == 12
+    assert commits(by_count) == 3  # 5 + 5 + 2
+    ids += [await queue.submit(ww.chain_intent(i)) for i in range(12, 16)]
+    by_bytes = writer(room, batch_bytes=1)  # one intent per write: the first always fits
+    assert await by_bytes.apply_pending(lock) == 4 and commits(by_bytes) == 4
+    small = Interposed(store)
+    small.limits = dataclasses.replace(store.limits, max_ops=60)
+    ids += [await queue.submit(ww.chain_intent(i)) for i in range(16, 40)]
+    by_ops = writer(Rooms(small).room(room.name))
+    assert await by_ops.apply_pending(lock) == 24
+    assert 24 > commits(by_ops) >= 3
+    assert all(len(sent) <= 60 for sent in small.sent)
+    assert {(await queue.outcome(i)).status for i in ids} == {"applied"}
+    assert await chain_log(store, room) == list(range(40))
+
+
+async def test_a_batch_the_store_refuses_is_retried_in_halves(store: Store, room: Room) -> None:
+    """A store that refuses any write of more than three intents' outcomes: the writer
+    halves the batch until it fits, and every intent is applied once, in order."""
+
+    async def refuse_big(n: int, compares: Any) -> None:
+        if len(compares) > 2 + 3 * 3 + 1:  # room guards, 3 intents' keys, the fence
+            raise PayloadTooLarge("too big for this store")
+
+    handle = Interposed(store, before=refuse_big)
+    queue = IntentQueue(room)
+    ids = [await queue.submit(ww.chain_intent(i)) for i in range(10)]
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    w = writer(Rooms(handle).room(room.name))
+    assert await w.apply_pending(lock) == 10
+    assert {(await queue.outcome(i)).status for i in ids} == {"applied"}
+    assert await chain_log(store, room) == list(range(10))
+    log = await store.read_log(room.name, 0, 10_000)
+    assert not [e for e in log if e.type == "wq.failed"]  # too big is not the intent's fault
+
+
+async def test_dead_letters_in_a_batch(store: Store, room: Room) -> None:
+    """A poison intent in the middle of a batch: the intents before it are applied in
+    one write, it goes to the dead letters, and those after it are applied."""
+    queue = IntentQueue(room)
+    before = [await queue.submit(ww.chain_intent(i)) for i in range(3)]
+    poison = {"when": [], "writes": [{"op": "explode"}], "appends": []}
+    item = {"id": "poison", "status": "queued", "intent": poison, "digest": "-", "failures": 0}
+    await room.scope.transact(
+        writes=[Put(queue.keys.item("poison"), item), SetAdd(queue.keys.queued, "poison")],
+        appends=[Append("wq.submitted", {"queue": "main", "id": "poison", "keys": []})],
+    )
+    after = [await queue.submit(ww.chain_intent(i)) for i in range(3, 6)]
+    w = writer(room, max_failures=2, retry_delay=0.01)
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await w.apply_pending(lock) == 7
+    statuses = [(await queue.outcome(i)).status for i in [*before, "poison", *after]]
+    assert statuses == ["applied"] * 3 + ["dead"] + ["applied"] * 3
+    (letter,) = await queue.dead_letters()
+    assert (letter.id, letter.failures) == ("poison", 2)
+    assert await chain_log(store, room) == list(range(6))
+    log = await store.read_log(room.name, 0, 10_000)
+    assert [e.data["failures"] for e in log if e.type == "wq.failed"] == [1, 2]
+    assert outcome_events(log)["poison"] == ["wq.dead"]
+    # before: one write; poison: two failures counted and one burial; after: one write
+    assert commits(w) == 1 + 2 + 1 + 1
+
+
+async def test_a_stale_writers_batch_is_fenced_out(store: Store, room: Room) -> None:
+    """A writer deposed between reading its batch and writing it: the write is refused
+    (``StaleFence``), nothing of the batch is applied, and the new writer applies it."""
+    queue = IntentQueue(room)
+    ids = [await queue.submit(ww.chain_intent(i)) for i in range(6)]
+    old = await room.locks.try_acquire("writer.main", "old", ttl=0.3)
+    taken: list[Any] = []
+
+    async def take_over(n: int, compares: Any) -> None:
+        if not taken:  # the old writer's batch write: the lock expired meanwhile
+            await asyncio.sleep(0.4)
+            taken.append(await room.locks.try_acquire("writer.main", "new", ttl=30))
+
+    stale = writer(Rooms(Interposed(store, before=take_over)).room(room.name), "old")
+    with pytest.raises(StaleFence):
+        await stale.apply_pending(old)
+    assert {(await queue.outcome(i)).status for i in ids} == {"queued"}
+    assert await chain_log(store, room) == []
+    fresh = writer(room, "new")
+    assert await fresh.apply_pending(taken[0]) == 6 and commits(fresh) == 1
+    assert await chain_log(store, room) == list(range(6))
+    log = await store.read_log(room.name, 0, 10_000)
+    assert {e.data["by"] for e in log if e.type == "wq.applied"} == {"new"}
+
+
+# ------------------------------------------------------------------------ increments
+
+
+async def test_increments_from_many_submitters_add_up_exactly(store: Store, room: Room) -> None:
+    """N submitters x M increments, no predicate: every one applied, the total exact,
+    the counters created at 0 (a bare number, and a field of an object)."""
+    n, m = 8, 12
+    queue = IntentQueue(room)
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+
+    async def submitter(s: int) -> list[str]:
+        ids = []
+        for _ in range(m):
+            bumps = [
+                Increment("hits"),
+                Increment("tally", 2, f"by.s{s}"),
+                Increment("tally", 1, "n"),
+            ]
+            ids.append(await queue.submit(QueuedIntent([], increments=bumps)))
+        return ids
+
+    submitted = await asyncio.gather(*(submitter(s) for s in range(n)))
+    outcomes = [await queue.wait(i, timeout=30) for ids in submitted for i in ids]
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert {o.status for o in outcomes} == {"applied"}
+    snap = await store.read(room.name, ["hits", "tally"])
+    assert snap.value("hits") == n * m
+    assert snap.value("tally") == {"n": n * m, "by": {f"s{s}": 2 * m for s in range(n)}}
+
+
+async def test_an_increment_of_something_not_a_number_is_rejected(store: Store, room: Room) -> None:
+    queue = IntentQueue(room)
+    await room.scope.transact(writes=[Put("name", "x"), Put("doc", {"n": [1]})])
+    bad = [
+        await queue.submit(QueuedIntent([], [Put("ok", 1)], increments=[Increment("name")])),
+        await queue.submit(QueuedIntent([], increments=[Increment("doc", 1, "n")])),
+        await queue.submit(QueuedIntent([], increments=[Increment("doc", 1, "n.deep")])),
+    ]
+    good = await queue.submit(QueuedIntent([], increments=[Increment("doc", 1.5, "m")]))
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 4
+    outcomes = [await queue.outcome(i) for i in bad]
+    assert [o.status for o in outcomes] == ["rejected"] * 3
+    assert outcomes[0].reason == ["name is not a number"]
+    assert (await queue.outcome(good)).status == "applied"
+    snap = await store.read(room.name, ["ok", "doc"])
+    assert snap.value("ok") is None and snap.value("doc") == {"n": [1], "m": 1.5}
+    with pytest.raises(BadRequest):
+        await queue.submit(QueuedIntent([], increments=[Increment("wq/main/cursor")]))
+    with pytest.raises(BadRequest):
+        Increment("hits", True)
+
+
+# -------------------------------------------------------------------------- fairness
+
+
+async def test_every_submitter_of_conditional_intents_is_served(store: Store, room: Room) -> None:
+    """Sixteen submitters, each read-decide-submit on one counter, resubmitting what is
+    rejected: each predicate is evaluated on the batch's running state, so no
+    submitter starves; every one gets its three updates applied."""
+    n, each = 16, 3
+    queue = IntentQueue(room)
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+    rejected = [0]
+
+    async def submitter(s: int) -> None:
+        applied = 0
+        while applied < each:
+            seen = (await store.read(room.name, ["counter"])).value("counter")["n"]
+            intent = Intent(
+                [Where("counter", "n", "==", seen)],
+                [Put("counter", {"n": seen + 1})],
+                [Append("by", {"s": s})],
+            )
+            outcome = await queue.wait(await queue.submit(intent), timeout=30)
+            if outcome.status == "applied":
+                applied += 1
+            else:
+                rejected[0] += 1
+                await asyncio.sleep(random.uniform(0, 0.02))
+
+    await asyncio.wait_for(asyncio.gather(*(submitter(s) for s in range(n))), 120)
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    log = await store.read_log(room.name, 0, 10_000)
+    by = collections.Counter(e.data["s"] for e in log if e.type == "by")
+    assert by == {s: each for s in range(n)}
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": n * each}
+    assert rejected[0] > 0  # the stale reads still show
+
+
+async def test_submit_and_wait_reads_no_outcome(store: Store, room: Room) -> None:
+    """Subscribed before it submits, it learns the outcome from the settling event; an
+    id submitted before is read back instead (the event may be past)."""
+    counting = Interposed(store)
+    queue = IntentQueue(Rooms(counting).room(room.name))
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+    bump = QueuedIntent([], increments=[Increment("hits")])
+    outcomes = await asyncio.gather(
+        *(queue.submit_and_wait(bump, intent_id=f"b{i}", timeout=30) for i in range(8))
+    )
+    reads = counting.reads
+    again = await queue.submit_and_wait(bump, intent_id="b0", timeout=30)
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert [o.status for o in outcomes] == ["applied"] * 8 and all(o.seq for o in outcomes)
+    assert reads == 0  # the depth is a set size, the outcome came with the event
+    assert (again.status, again.seq) == ("applied", outcomes[0].seq)
+    assert (await store.read(room.name, ["hits"])).value("hits") == 8

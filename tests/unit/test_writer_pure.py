@@ -3,6 +3,7 @@ throughput estimate. No store."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from agentrooms.store.types import (
 )
 from agentrooms.writer import decode_intent, encode_intent
 from agentrooms.writer.model import QueueKeys
-from agentrooms.writer.transitions import _apply_intent, _Step
+from agentrooms.writer.transitions import _apply_batch, _apply_intent, _Limit, _Step
 from agentrooms.writer.worker import _Throughput
 
 Q = QueueKeys("main")
@@ -116,5 +117,34 @@ def test_a_consumed_submission_changes_nothing() -> None:
 def test_throughput_is_intents_per_second() -> None:
     rate = _Throughput(size=3)
     assert rate.rate() == 0.0
-    rate._times.extend([10.0, 10.5, 11.0])
-    assert rate.rate() == pytest.approx(2.0)
+    now = time.monotonic()
+    rate._ticks.extend([(now - 2.0, 1), (now - 1.5, 1), (now - 1.0, 2)])
+    assert rate.rate() == pytest.approx(2.0, rel=0.05)
+    assert rate.rate(4, now) == pytest.approx(4.0, rel=0.05)
+
+
+def test_a_batch_announces_its_rejections_before_its_applied_outcomes() -> None:
+    """Three intents from one read of ``counter``: the first applies; the two others are
+    rejected, and their outcomes come first in the batch's appends, so their
+    submitters hear first and head the next batch."""
+    ids = ["i1", "i2", "i3"]
+    intent = Intent([Where("counter", "n", "==", 0)], [Put("counter", {"n": 1})], [Append("x")])
+    records: dict[str, Any] = {"counter": {"n": 0}}
+    steps = []
+    for seq, i in enumerate(ids, start=7):
+        records[Q.item(i)] = {**queued(intent), "id": i}
+        data = {"queue": "main", "id": i, "keys": ["counter"]}
+        steps.append(_Step(Q, Event(seq, "wq.submitted", data, 40.0), LOCK, 60.0))
+    snap = Snapshot({k: Record(k, v, 3) for k, v in records.items()}, 50.0)
+    view = View(snap, [Q.cursor, "counter", *(Q.item(i) for i in ids)])
+    limit = _Limit(10, 5000, 1 << 20)
+    change = _apply_batch(view, None, steps=steps, limit=limit, stats=lambda n: {"rate": n})
+    told = [(a.type, a.data["id"]) for a in change.appends if a.type.startswith("wq.")]
+    assert told == [("wq.rejected", "i2"), ("wq.rejected", "i3"), ("wq.applied", "i1")]
+    assert [a.type for a in change.appends] == ["wq.rejected", "wq.rejected", "x", "wq.applied"]
+    puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
+    assert puts["counter"] == {"n": 1} and puts[Q.cursor]["seq"] == 9
+    assert puts[Q.cursor]["rate"] == 3
+    assert change.result["taken"] == 3
+    assert [s["status"] for s in change.result["settled"]] == ["applied", "rejected", "rejected"]
+    assert "intent" not in puts[Q.item("i2")]  # a settled record drops the payload

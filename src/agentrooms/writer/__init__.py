@@ -1,5 +1,5 @@
 """The designated writer: agents submit conditional intents to a room's queue;
-one writer at a time applies them, in order, each as one conditional write.
+one writer at a time applies them, in order, many in one conditional write.
 
 Layout of queue ``<q>`` in the room (default ``main``)::
 
@@ -16,38 +16,58 @@ Layout of queue ``<q>`` in the room (default ``main``)::
 
 Rules:
 
-* **In order, exactly once.** The intent's writes, its outcome, the removal from the
-  queued set and the cursor's advance to its seq commit in *one* transact, which also
-  compares the cursor's version: an intent is applied exactly when the cursor passes it,
-  whoever the writer is and however often it restarts.
+* **In order, exactly once, in batches.** A batch of intents (their writes, each one's
+  outcome, their removal from the queued set) and the cursor's advance to the last one's
+  seq commit in *one* transact, which also compares the cursor's version: an intent is
+  applied exactly when the cursor passes it, whoever the writer is and however often it
+  restarts. A batch is bounded (``Writer(batch=, batch_bytes=)``, the store's
+  ``limits.max_ops``); a batch the store refuses is retried in halves.
 * **Fenced.** Every write of the writer carries ``lock.guard()``; a writer whose lock was
   taken over (``Locks.wait_acquire`` hands it to the standby once it expires) gets
   ``StaleFence`` and steps down.
 * **Conditional intents.** Predicates (:class:`~agentrooms.commit.Where`) are evaluated
-  on the snapshot the write is conditioned on. A predicate that fails is an *outcome*
-  (``rejected``, with the failed predicates), never a crash.
+  on the snapshot the write is conditioned on, as left by the intents before it in the
+  batch. A predicate that fails is an *outcome* (``rejected``, with the failed
+  predicates), never a crash, and leaves the rest of the batch alone.
+* **Increments.** :class:`Increment` (in a :class:`QueuedIntent`) adds to a counter on
+  the running state: commutative, so it needs no predicate and is never rejected for
+  contention.
 * **Poison.** An intent whose application raises (it cannot be decoded, the store
   refuses its writes...) is retried; after ``max_failures`` it goes to the dead letters
   with its reason, and the queue moves on. A store outage is not counted against it.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
-  ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput
-  (depth is checked, then the append made: concurrent submitters can overshoot the limit
-  by at most their number).
+  ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.
+  The depth is read before the append, except while the last reading plus this
+  ``IntentQueue``'s submissions since is under half the limit and less than
+  ``DEPTH_EVERY`` (0.1 s) old. So the limit can be overshot: by one submission per
+  concurrent submitter, and by what each ``IntentQueue`` submits on a recent reading
+  (less than half the limit).
 * **Observable.** Every outcome is a ``wq.<applied|rejected|dead|skipped>`` event naming
-  the writer and its fence; ``wq.failed`` counts each exception of a poison intent.
+  the writer and its fence (a batch appends its rejections before its applied outcomes,
+  so the submitters who must retry hear first); ``wq.failed`` counts each exception of
+  a poison intent.
 * **Retention.** Settled intents are kept ``retention`` seconds (a re-submitted id is
   recognised meanwhile). Never trim the room log past :meth:`IntentQueue.position`.
 """
 
 from agentrooms.metrics import WriterMetrics
-from agentrooms.writer.model import DeadLetter, IntentOutcome, decode_intent, encode_intent
+from agentrooms.writer.model import (
+    DeadLetter,
+    Increment,
+    IntentOutcome,
+    QueuedIntent,
+    decode_intent,
+    encode_intent,
+)
 from agentrooms.writer.queue import IntentQueue
 from agentrooms.writer.worker import Writer
 
 __all__ = [
     "DeadLetter",
+    "Increment",
     "IntentOutcome",
     "IntentQueue",
+    "QueuedIntent",
     "Writer",
     "WriterMetrics",
     "decode_intent",

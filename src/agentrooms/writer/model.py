@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +22,10 @@ __all__ = [
     "RESERVED",
     "SUBMITTED",
     "DeadLetter",
+    "Increment",
     "IntentOutcome",
     "QueueKeys",
+    "QueuedIntent",
     "decode_intent",
     "encode_intent",
 ]
@@ -60,11 +64,52 @@ class QueueKeys:
         return f"wq/{self.name}/dead/{intent_id}"
 
 
+# ----------------------------------------------------------------------- increments
+
+
+@dataclass(frozen=True, slots=True)
+class Increment:
+    """Add ``by`` to a counter: the number that is record ``key``'s value (``path``
+    ``None``), or the number at dotted ``path`` in the object that is its value. An
+    absent record, field or intermediate object counts as 0 (as ``{}``). Commutative: it
+    needs no predicate, so concurrent increments are never rejected. A value in the way
+    that is not a number (or not an object, along ``path``) makes the intent
+    ``rejected``. The record keeps its TTL."""
+
+    key: str
+    by: int | float = 1
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        by = self.by
+        if isinstance(by, bool) or not isinstance(by, int | float) or not math.isfinite(by):
+            raise BadRequest(f"an increment adds a finite number, not {by!r}")
+        if self.path is not None and (not isinstance(self.path, str) or not self.path):
+            raise BadRequest("an increment's path is a non-empty dotted string or None")
+
+    def __str__(self) -> str:
+        return self.key + (f".{self.path}" if self.path else "")
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedIntent(Intent):
+    """An :class:`~agentrooms.commit.Intent` with increments, for the queue only: the
+    writer applies its ``writes``, then its ``increments`` (on the state its writes
+    left), then its ``appends``, if every predicate holds."""
+
+    increments: Sequence[Increment] = ()
+
+
+def increments_of(intent: Intent) -> Sequence[Increment]:
+    return intent.increments if isinstance(intent, QueuedIntent) else ()
+
+
 # ------------------------------------------------------------------------------ codec
 
 
 def encode_intent(intent: Intent) -> dict[str, Any]:
-    """The JSON form of an intent (what is queued and sent over the wire)."""
+    """The JSON form of an intent (what is queued and sent over the wire); a
+    :class:`QueuedIntent`'s increments are its ``increments`` field."""
     writes: list[dict[str, Any]] = []
     for w in intent.writes:
         if isinstance(w, Put):
@@ -76,16 +121,21 @@ def encode_intent(intent: Intent) -> dict[str, Any]:
             writes.append({"op": op, "name": w.name, "member": w.member})
         else:
             raise BadRequest(f"not a write: {w!r}")
-    return {
+    encoded: dict[str, Any] = {
         "when": [{"key": p.key, "path": p.path, "op": p.op, "value": p.value} for p in intent.when],
         "writes": writes,
         "appends": [{"type": a.type, "data": a.data} for a in intent.appends],
     }
+    increments = increments_of(intent)
+    if increments:
+        encoded["increments"] = [{"key": i.key, "by": i.by, "path": i.path} for i in increments]
+    return encoded
 
 
 def decode_intent(data: JSON) -> Intent:
-    """The intent from its JSON form; ``BadRequest`` naming what is wrong with it
-    (including writes to the keys the queue, the locks and the room reserve)."""
+    """The intent from its JSON form (a :class:`QueuedIntent` when it has increments);
+    ``BadRequest`` naming what is wrong with it (including writes to the keys the queue,
+    the locks and the room reserve)."""
     try:
         when = [
             Where(p["key"], p.get("path"), p.get("op", "exists"), p.get("value"))
@@ -93,17 +143,31 @@ def decode_intent(data: JSON) -> Intent:
         ]
         writes = [_decode_write(w) for w in data["writes"]]
         appends = [Append(a["type"], a.get("data")) for a in data["appends"]]
+        increments = [
+            Increment(i["key"], i.get("by", 1), i.get("path")) for i in data.get("increments", [])
+        ]
     except (KeyError, TypeError, AttributeError) as exc:
         raise BadRequest(f"malformed intent: {type(exc).__name__}: {exc}") from exc
-    for w in writes:
-        target = w.name if isinstance(w, SetAdd | SetRemove) else w.key
+    intent = (
+        QueuedIntent(when, writes, appends, increments)
+        if increments
+        else Intent(when, writes, appends)
+    )
+    check_targets(intent)
+    return intent
+
+
+def check_targets(intent: Intent) -> None:
+    """``BadRequest`` if the intent writes a key the queue, the locks or the room
+    reserve."""
+    targets = [w.name if isinstance(w, SetAdd | SetRemove) else w.key for w in intent.writes]
+    for target in [*targets, *(i.key for i in increments_of(intent))]:
         if (
             not isinstance(target, str)
             or target == room_keys.ARCHIVED
             or target.startswith(RESERVED)
         ):
             raise BadRequest(f"an intent may not write the reserved key {target!r}")
-    return Intent(when, writes, appends)
 
 
 def _decode_write(w: dict[str, Any]) -> Write:
@@ -117,9 +181,11 @@ def _decode_write(w: dict[str, Any]) -> Write:
     raise BadRequest(f"unknown write op {op!r}")
 
 
-def _digest(payload: JSON) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _digest(payload: JSON) -> tuple[str, int]:
+    """The payload's digest (to tell a re-submission from another intent under the
+    same id) and the size of its JSON text in bytes."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(text).hexdigest(), len(text)
 
 
 # ---------------------------------------------------------------------------- outcomes

@@ -14,7 +14,7 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.rooms import keys as room_keys
-from agentrooms.rooms.follow import follow
+from agentrooms.rooms.follow import Subscription, follow, route
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import (
@@ -40,8 +40,10 @@ from agentrooms.writer.model import (
     QueueKeys,
     _digest,
     _outcome,
+    check_targets,
     decode_intent,
     encode_intent,
+    increments_of,
 )
 
 __all__ = ["IntentQueue"]
@@ -49,6 +51,36 @@ __all__ = ["IntentQueue"]
 
 def _scope_of(room: Room | Scope) -> Scope:
     return room.scope if isinstance(room, Room) else room
+
+
+DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
+
+SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
+
+
+def _settles(event: Event) -> tuple[str, str, str] | None:
+    """The route of a settling event: its queue and intent id."""
+    data = event.data
+    if not isinstance(data, dict):
+        return None
+    queue, intent_id = data.get("queue"), data.get("id")
+    if isinstance(queue, str) and isinstance(intent_id, str):
+        return ("wq", queue, intent_id)
+    return None
+
+
+for _kind in SETTLING:
+    route(_kind, _settles)
+
+
+def _told(intent_id: str, event: Event) -> IntentOutcome:
+    """The outcome a settling event tells (the writer wrote the same on the intent)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    seq = data.get("seq")
+    status = event.type.removeprefix("wq.")
+    return IntentOutcome(
+        intent_id, status, data.get("reason"), seq if isinstance(seq, int) else None
+    )
 
 
 class IntentQueue:
@@ -60,9 +92,11 @@ class IntentQueue:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
             raise BadRequest("max_depth must be a positive integer")
         self.max_depth = max_depth
+        self._depth, self._since, self._read_at = 0, 0, -DEPTH_EVERY  # the last depth read
 
     async def submit(self, intent: Intent | JSON, *, intent_id: str | None = None) -> str:
-        """Queue ``intent`` (an :class:`Intent` or its JSON form); returns its id.
+        """Queue ``intent`` (an :class:`Intent`, a :class:`QueuedIntent` with increments,
+        or the JSON form of either); returns its id.
 
         One append, O(1), ordered by the store. Idempotent by ``intent_id``: the same
         intent again returns the id and queues nothing; another one under that id raises
@@ -70,30 +104,48 @@ class IntentQueue:
         for an intent the store would refuse.
         """
         intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
-        payload = encode_intent(intent) if isinstance(intent, Intent) else intent
-        decoded = decode_intent(payload)
+        await self._submit(intent, intent_id)
+        return intent_id
+
+    async def submit_and_wait(
+        self, intent: Intent | JSON, *, intent_id: str | None = None, timeout: float = 30.0
+    ) -> IntentOutcome:
+        """:meth:`submit`, then :meth:`wait`, one read cheaper: the wait is subscribed
+        before the submission, so the settling event cannot be missed and the outcome is
+        not read (unless the id was submitted before)."""
+        intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
+        routes = (("wq", self.keys.name, intent_id),)
+        async with follow(self.scope.store, self.scope.room, routes=routes) as woken:
+            fresh = await self._submit(intent, intent_id)
+            queued = IntentOutcome(intent_id, QUEUED)
+            start = queued if fresh else await self.outcome(intent_id)
+            return await self._until_settled(woken, start, time.monotonic() + timeout)
+
+    async def _submit(self, intent: Intent | JSON, intent_id: str) -> bool:
+        """Queue it under ``intent_id``; ``False`` if that id was queued already."""
+        if isinstance(intent, Intent):
+            payload, decoded = encode_intent(intent), intent
+            check_targets(intent)
+        else:
+            payload, decoded = intent, decode_intent(intent)
+        read = [*(p.key for p in decoded.when), *(i.key for i in increments_of(decoded))]
         prepare_transact(
-            [Present(p.key) for p in decoded.when],
-            decoded.writes,
-            decoded.appends,
-            self.scope.store.limits,
+            [Present(k) for k in read], decoded.writes, decoded.appends, self.scope.store.limits
         )
-        depth = await self.depth()
-        if depth >= self.max_depth:
-            raise RateLimited(
-                await self._retry_after(depth), f"queue {self.keys.name!r} holds {depth} intents"
-            )
+        await self._check_depth()
+        digest, size = _digest(payload)
         item = {
             "id": intent_id,
             "status": QUEUED,
             "intent": payload,
-            "digest": _digest(payload),
+            "digest": digest,
+            "bytes": size,
             "failures": 0,
         }
         data = {
             "queue": self.keys.name,
             "id": intent_id,
-            "keys": sorted({p.key for p in decoded.when}),
+            "keys": sorted(set(read)),  # what the writer reads to apply it
         }
         key = self.keys.item(intent_id)
         try:
@@ -110,7 +162,25 @@ class IntentQueue:
                 raise IdempotencyMismatch(
                     f"intent {intent_id!r} was submitted with another payload"
                 ) from exc
-        return intent_id
+            return False
+        self._since += 1
+        return True
+
+    async def _check_depth(self) -> None:
+        """``RateLimited`` if the queue is full. The depth is read before a submission
+        unless the last reading, plus this object's submissions since, is under half
+        the limit and younger than ``DEPTH_EVERY`` seconds (so others' submissions
+        within that time can take the queue over the limit)."""
+        now = time.monotonic()
+        if self._depth + self._since < self.max_depth / 2 and now - self._read_at < DEPTH_EVERY:
+            return
+        self._read_at = now  # the submitters of this object meanwhile trust the last one
+        depth = await self.depth()
+        self._depth, self._since = depth, 0
+        if depth >= self.max_depth:
+            raise RateLimited(
+                await self._retry_after(depth), f"queue {self.keys.name!r} holds {depth} intents"
+            )
 
     async def depth(self) -> int:
         return await self.scope.store.set_size(self.scope.room, self.keys.queued)
@@ -123,32 +193,32 @@ class IntentQueue:
         return _outcome(intent_id, item)
 
     async def wait(self, intent_id: str, timeout: float = 30.0) -> IntentOutcome:
-        """The intent's outcome once it is settled, woken by the ``wq.<outcome>`` event
-        that settles it (through the process's one follower of the room's log, so many
-        submitters waiting cost one log read per batch of events, not one read each);
-        ``TimeoutError`` if it is still queued after ``timeout`` seconds."""
-        settling = {f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD)}
-
-        def settles(event: Event) -> bool:
-            data = event.data
-            return (
-                event.type in settling
-                and isinstance(data, dict)
-                and data.get("queue") == self.keys.name
-                and data.get("id") == intent_id
-            )
-
+        """The intent's outcome once it is settled, read from the ``wq.<outcome>`` event
+        that settles it (routed to this waiter by the process's one follower of the
+        room's log, so many submitters waiting cost one log read per batch of events,
+        not one read each); ``TimeoutError`` if it is still queued after ``timeout``
+        seconds."""
         deadline = time.monotonic() + timeout
-        async with follow(self.scope.store, self.scope.room, settles) as woken:
-            while True:  # subscribed first: a settlement before it shows in the read
-                outcome = await self.outcome(intent_id)
-                remaining = deadline - time.monotonic()
-                if outcome.settled:
-                    return outcome
-                if remaining <= 0:
-                    raise TimeoutError(f"intent {intent_id!r} still queued after {timeout}s")
-                if await woken.wait(min(remaining, 3600.0)):
-                    woken.take()
+        routes = (("wq", self.keys.name, intent_id),)
+        async with follow(self.scope.store, self.scope.room, routes=routes) as woken:
+            start = await self.outcome(intent_id)  # subscribed first: none is missed
+            return await self._until_settled(woken, start, deadline)
+
+    async def _until_settled(
+        self, woken: Subscription, outcome: IntentOutcome, deadline: float
+    ) -> IntentOutcome:
+        while not outcome.settled:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"intent {outcome.id!r} still queued")
+            if not await woken.wait(min(remaining, 3600.0)):
+                continue
+            events, resync = woken.take()
+            told = [_told(outcome.id, e) for e in events]
+            outcome = next((o for o in told if o.settled), outcome)
+            if resync and not outcome.settled:
+                outcome = await self.outcome(outcome.id)
+        return outcome
 
     async def position(self) -> int:
         """The seq of the last submission the writer consumed: trim the log only below it."""

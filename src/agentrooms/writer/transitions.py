@@ -1,18 +1,39 @@
-"""The writer's transitions, pure functions of a snapshot: apply one intent, count a
-failure, send a poison intent to the dead letters."""
+"""The writer's transitions, pure functions of a snapshot: apply a batch of intents,
+count a failure, send a poison intent to the dead letters."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentrooms.commit import Change, View
+from agentrooms.commit import Change, Intent, View
 from agentrooms.errors import BadRequest
 from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.locks import Lock
-from agentrooms.store.types import JSON, Append, Event, Put, SetRemove, Write
-from agentrooms.writer.model import APPLIED, DEAD, QUEUED, REJECTED, QueueKeys, decode_intent
+from agentrooms.store.types import (
+    JSON,
+    Append,
+    Delete,
+    Event,
+    Put,
+    Record,
+    SetAdd,
+    SetRemove,
+    Write,
+)
+from agentrooms.writer.model import (
+    APPLIED,
+    DEAD,
+    QUEUED,
+    REJECTED,
+    Increment,
+    QueueKeys,
+    decode_intent,
+    increments_of,
+)
 
 
 def _field(event: Event, name: str) -> Any:
@@ -27,24 +48,21 @@ class _Step:
     event: Event
     lock: Lock
     retention: float
+    id: str = field(init=False)  # the intent id (a stray one without a usable id: seq-<n>)
+    item: str = field(init=False)  # the intent's record
+    read_keys: list[str] = field(init=False)  # what applying it reads
 
-    @property
-    def id(self) -> str:
-        """The intent id (a stray submission without a usable one gets ``seq-<n>``)."""
+    def __post_init__(self) -> None:
         try:
-            return room_keys.check_name(_field(self.event, "id"), "intent id")
+            intent_id = room_keys.check_name(_field(self.event, "id"), "intent id")
         except BadRequest:
-            return f"seq-{self.event.seq}"
-
-    @property
-    def item(self) -> str:
-        return self.q.item(self.id)
-
-    @property
-    def read_keys(self) -> list[str]:
+            intent_id = f"seq-{self.event.seq}"
         found = _field(self.event, "keys")
         keys = [k for k in found if isinstance(k, str)] if isinstance(found, list) else []
-        return [self.q.cursor, self.item, *keys]
+        item = self.q.item(intent_id)
+        object.__setattr__(self, "id", intent_id)
+        object.__setattr__(self, "item", item)
+        object.__setattr__(self, "read_keys", [self.q.cursor, item, *keys])
 
     def change(
         self,
@@ -72,27 +90,242 @@ class _Step:
     def consumed(self, view: View) -> bool:
         return int((view.get(self.q.cursor) or {"seq": 0})["seq"]) >= self.event.seq
 
-    def settle(self, view: View, item: dict[str, Any], status: str, reason: JSON) -> list[Write]:
-        settled = {**item, "status": status, "reason": reason, "seq": self.event.seq}
+    def settle(self, now: float, item: dict[str, Any], status: str, reason: JSON) -> list[Write]:
+        kept = {k: v for k, v in item.items() if k != "intent"}  # settled: not needed again
+        settled = {**kept, "status": status, "reason": reason, "seq": self.event.seq}
         return [
-            Put(self.item, {**settled, "at": view.now}, ttl=self.retention),
+            Put(self.item, {**settled, "at": now}, ttl=self.retention),
             SetRemove(self.q.queued, self.id),
         ]
 
 
+class Poison(Exception):
+    """The first intent of a batch cannot be applied (``error`` says why): the writer
+    applies it alone, counting failures towards the dead letters."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Running(View):
+    """The batch's running state: the snapshot as left by the intents applied so far
+    (``writes``: the batch's last write per key, in order)."""
+
+    __slots__ = ("writes",)
+
+    def __init__(self, view: View) -> None:
+        super().__init__(view._snapshot, view._keys)
+        self.writes: dict[str, Put | Delete] = {}
+
+    def record(self, key: str) -> Record | None:
+        if key not in self.writes:
+            return super().record(key)
+        w = self.writes[key]
+        return None if isinstance(w, Delete) else Record(key, w.value, 0)
+
+    def ttl(self, key: str) -> float | None:
+        """The TTL a rewrite of ``key`` keeps (``None``: it has none)."""
+        if key in self.writes:
+            w = self.writes[key]
+            return w.ttl if isinstance(w, Put) else None
+        record = super().record(key)
+        if record is None or record.expires_at is None:
+            return None
+        return max(0.001, record.expires_at - self.now)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the intents settled so far in one batch write; ``ops`` and ``size``
+    bound it."""
+
+    state: _Running
+    sets: dict[tuple[str, str], Write]
+    appends: list[Append]  # the applied intents' appends and outcomes, in queue order
+    told_first: list[Append]  # the outcomes of the rejected (and skipped) intents
+    settled: list[dict[str, Any]]
+    ops: int
+    size: int
+    last: _Step | None = None
+
+    def fits(self, writes: int, appends: int, size: int, limit: _Limit) -> bool:
+        first = not self.settled and self.last is None
+        written = len(self.state.writes) + len(self.sets) + 1  # + the cursor
+        told = len(self.appends) + len(self.told_first)
+        total = self.ops + written + told + writes + appends
+        return first or (total <= limit.ops and self.size + size <= limit.size)
+
+    def write(self, w: Write) -> None:
+        if isinstance(w, SetAdd | SetRemove):
+            self.sets.pop((w.name, w.member), None)  # the last op on a member wins
+            self.sets[(w.name, w.member)] = w
+        else:
+            self.state.writes.pop(w.key, None)  # kept in the order of their last write
+            self.state.writes[w.key] = w
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    count: int  # intents
+    ops: int  # compares + writes + appends of the transact
+    size: int  # bytes of intent payload
+
+
+def _apply_batch(
+    view: View,
+    _: None,
+    *,
+    steps: Sequence[_Step],
+    limit: _Limit,
+    stats: Callable[[int], dict[str, Any]],
+) -> Change:
+    """Settle ``steps`` (in queue order) in one change: each intent's predicates are
+    evaluated on the state the intents before it left, its writes and outcome join the
+    batch, and the cursor moves past the last one settled. The outcomes of rejected
+    intents are appended first: their submitters, who must retry, learn it before the
+    winners, so the next batch starts with them (the queue's order rotates). Stops
+    before an intent that would take the batch over ``limit``, or before one that
+    cannot be applied (raising ``Poison`` when it is the first). ``result``: the steps
+    taken and their outcomes; ``stats(settled)`` is merged into the cursor (the
+    writer's throughput)."""
+    view.need(k for step in steps for k in step.read_keys)
+    batch = _Batch(_Running(view), {}, [], [], [], ops=len(view._keys) + 1, size=0)
+    taken = 0
+    for step in steps[: limit.count]:
+        if step.consumed(view):
+            taken += 1  # another writer settled it already
+            continue
+        try:
+            if not _settle_one(batch, step, limit):
+                break
+        except (BadRequest, KeyError, TypeError, ValueError, AttributeError) as exc:
+            if taken == 0:
+                raise Poison(exc) from exc
+            break
+        taken += 1
+    result = {"taken": taken, "settled": batch.settled, "at": view.now}
+    if batch.last is None:
+        return Change(result=result)
+    last = batch.last
+    cursor = view.get(last.q.cursor) or {"seq": 0}
+    moved = {**cursor, **stats(len(batch.settled)), "seq": last.event.seq, "at": view.now}
+    writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
+    appends = [*batch.told_first, *batch.appends]
+    result["appends"] = len(appends)
+    result["outcomes"] = [
+        [i, a.type, a.data] for i, a in enumerate(appends) if a.type.startswith("wq.")
+    ]  # to tell this process's waiters (rooms.follow.tell) without a read of the log
+    return Change(writes, appends, [last.lock.guard()], result)
+
+
 def _apply_intent(view: View, _: None, *, step: _Step, stats: dict[str, Any]) -> Change:
-    if step.consumed(view):
-        return Change()  # another writer settled it already
-    item = view.get(step.item)
-    if item is None or item.get("status") != QUEUED:  # a duplicate or stray submission
-        skipped = step.change(view, [], "skipped", stats=stats)
-        return Change(skipped.writes, skipped.appends, skipped.requires, None)
+    """One intent alone (a batch of one); ``result``: its status and the clock, ``None``
+    when it was a duplicate or stray (skipped) or settled already."""
+    limit = _Limit(1, 1 << 30, 1 << 62)
+    change = _apply_batch(view, None, steps=[step], limit=limit, stats=lambda _: stats)
+    settled = change.result["settled"]
+    result = {"status": settled[0]["status"], "at": view.now} if settled else None
+    return Change(change.writes, change.appends, change.requires, result)
+
+
+def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
+    """Add ``step``'s outcome to ``batch``; ``False`` (nothing added) if it does not fit."""
+    state = batch.state
+    item = state.get(step.item)
+    head = {"queue": step.q.name, "id": step.id, "seq": step.event.seq}
+    by = {"by": step.lock.owner, "fence": step.lock.fence}
+    if not isinstance(item, dict) or item.get("status") != QUEUED:  # duplicate or stray
+        if not batch.fits(0, 1, 0, limit):
+            return False
+        batch.told_first.append(Append("wq.skipped", {**head, **by}, step.lock.owner))
+        batch.last = step
+        return True
     intent = decode_intent(item["intent"])
-    failed = [str(p) for p in intent.when if not p.holds(view)] or None
+    failed = [str(p) for p in intent.when if not p.holds(state)] or None
+    writes: list[Write] = []
+    if failed is None:
+        writes, failed = _effects(state, intent)
     status = REJECTED if failed else APPLIED
-    writes = [*([] if failed else intent.writes), *step.settle(view, item, status, failed)]
     appends = [] if failed else list(intent.appends)
-    return step.change(view, writes, status, reason=failed, stats=stats, appends=appends)
+    size = item.get("bytes")  # the submitter measured it
+    if not isinstance(size, int):
+        size = len(json.dumps(item["intent"], separators=(",", ":")))
+    settle = step.settle(state.now, item, status, failed)
+    if not batch.fits(len(writes) + len(settle), len(appends) + 1, size, limit):
+        return False
+    for w in [*writes, *settle]:
+        batch.write(w)
+    event = {**head, "reason": failed, **by}
+    outcome = Append(f"wq.{status}", event, step.lock.owner)
+    if failed:
+        batch.told_first.append(outcome)
+    else:
+        batch.appends += [*appends, outcome]
+    batch.settled.append({"id": step.id, "status": status, "time": step.event.time})
+    batch.size += size
+    batch.last = step
+    return True
+
+
+def _effects(state: _Running, intent: Intent) -> tuple[list[Write], list[str] | None]:
+    """The intent's writes then its increments, as writes of the running state, or
+    (``[]``, why) when an increment meets a value that is not a number."""
+    before = dict(state.writes)
+    writes: list[Write] = list(intent.writes)
+    failed: list[str] | None = None
+    for w in intent.writes:
+        if not isinstance(w, SetAdd | SetRemove):
+            state.writes.pop(w.key, None)
+            state.writes[w.key] = w
+    try:
+        for inc in increments_of(intent):
+            put = Put(inc.key, _incremented(state.get(inc.key), inc), state.ttl(inc.key))
+            state.writes[inc.key] = put
+            writes.append(put)
+    except _NotANumber as exc:
+        writes, failed = [], [str(exc)]
+    state.writes.clear()
+    state.writes.update(before)  # the batch adds them once the intent fits
+    merged: dict[Any, Write] = {}
+    for w in writes:
+        key = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
+        merged.pop(key, None)
+        merged[key] = w
+    return list(merged.values()), failed
+
+
+class _NotANumber(Exception):
+    pass
+
+
+def _incremented(value: JSON, inc: Increment) -> JSON:
+    """``value`` with ``inc`` added (0 and ``{}`` for what is absent)."""
+    if inc.path is None:
+        return _add(0 if value is None else value, inc)
+    root = {} if value is None else value
+    if not isinstance(root, dict):
+        raise _NotANumber(f"{inc.key} is not an object")
+    out = dict(root)
+    node = out
+    *parents, leaf = inc.path.split(".")
+    for part in parents:
+        child = node.get(part, {})
+        if not isinstance(child, dict):
+            raise _NotANumber(f"{inc} is not a number")
+        node[part] = dict(child)
+        node = node[part]
+    node[leaf] = _add(node.get(leaf, 0), inc)
+    return out
+
+
+def _add(current: JSON, inc: Increment) -> int | float:
+    if isinstance(current, bool) or not isinstance(current, int | float):
+        raise _NotANumber(f"{inc} is not a number")
+    total = current + inc.by
+    if not math.isfinite(total):
+        raise _NotANumber(f"{inc} would not be a finite number")
+    return total
 
 
 def _dead_letter(view: View, _: None, *, step: _Step, failures: int, error: Exception) -> Change:
@@ -102,7 +335,7 @@ def _dead_letter(view: View, _: None, *, step: _Step, failures: int, error: Exce
     reason = _error(error)
     letter = {"id": step.id, "seq": step.event.seq, "intent": item.get("intent")}
     writes = [
-        *step.settle(view, item, DEAD, reason),
+        *step.settle(view.now, item, DEAD, reason),
         Put(step.q.dead(step.id), {**letter, "reason": reason, "failures": failures}),
     ]
     return step.change(view, writes, DEAD, reason=reason)

@@ -8,39 +8,66 @@ import collections
 import contextlib
 import time
 from functools import partial
+from typing import Any
 
-from agentrooms.errors import InvalidTransition, LockHeld, NotFound, StaleFence, StoreUnavailable
+from agentrooms.errors import (
+    BadRequest,
+    InvalidTransition,
+    LockHeld,
+    NotFound,
+    StaleFence,
+    StoreUnavailable,
+)
 from agentrooms.metrics import WriterMetrics, default_writer_metrics
 from agentrooms.rooms import keys as room_keys
+from agentrooms.rooms.follow import tell
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.writer.model import OUTAGE_PAUSE, SUBMITTED, QueueKeys
-from agentrooms.writer.queue import _scope_of
-from agentrooms.writer.transitions import _apply_intent, _count_failure, _dead_letter, _field, _Step
+from agentrooms.store.types import Event
+from agentrooms.writer.model import DEAD, OUTAGE_PAUSE, SUBMITTED, QueueKeys
+from agentrooms.writer.queue import DEPTH_EVERY, _scope_of
+from agentrooms.writer.transitions import (
+    Poison,
+    _apply_batch,
+    _count_failure,
+    _dead_letter,
+    _field,
+    _Limit,
+    _Step,
+)
 
 __all__ = ["Writer"]
 
 
 class _Throughput:
-    """Intents per second over the last ``size`` applications (monotonic clock)."""
+    """Intents per second over the last ``size`` writes that settled some: from the
+    start of the oldest to now (monotonic clock)."""
 
     def __init__(self, size: int = 64) -> None:
-        self._times: collections.deque[float] = collections.deque(maxlen=size)
+        self._ticks: collections.deque[tuple[float, int]] = collections.deque(maxlen=size)
 
-    def tick(self) -> None:
-        self._times.append(time.monotonic())
+    def tick(self, started: float, count: int = 1) -> None:
+        self._ticks.append((started, count))
 
-    def rate(self) -> float:
-        if len(self._times) < 2:
+    def rate(self, pending: int = 0, started: float | None = None) -> float:
+        """The rate, counting ``pending`` intents of a write begun at ``started``."""
+        ticks = [*self._ticks, *([] if started is None else [(started, pending)])]
+        if not ticks:
             return 0.0
-        span = self._times[-1] - self._times[0]
-        return (len(self._times) - 1) / span if span > 0 else 0.0
+        span = time.monotonic() - ticks[0][0]
+        total = sum(count for _, count in ticks)
+        return total / span if span > 0 and total else 0.0
 
 
 class Writer:
     """The applying side: ``await Writer(room, owner="w1").run(stop)`` serves the queue
-    while it holds the writer lock and waits in line for it otherwise."""
+    while it holds the writer lock and waits in line for it otherwise.
+
+    It settles up to ``batch`` intents (and ``batch_bytes`` of intent payload, and the
+    store's ``limits.max_ops`` operations) in each write; a write the store refuses is
+    retried with half as many, down to one intent, which then counts as a failure of
+    that intent (``max_failures`` of them send it to the dead letters)."""
 
     def __init__(
         self,
@@ -52,6 +79,7 @@ class Writer:
         max_failures: int = 3,
         retry_delay: float = 0.05,
         batch: int = 100,
+        batch_bytes: int = 1 << 20,
         idle: float = 5.0,
         retention: float = 24 * 3600.0,
         metrics: WriterMetrics | None = None,
@@ -63,9 +91,14 @@ class Writer:
         self.owner = room_keys.check_name(owner, "writer owner")
         self.locks = Locks(self.scope, knowledge_of(base.store))
         self.lock_ttl, self.max_failures, self.retry_delay = lock_ttl, max_failures, retry_delay
-        self.batch, self.idle, self.retention = batch, idle, retention
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise BadRequest("batch must be a positive integer")
+        self.batch, self.batch_bytes = batch, batch_bytes
+        self.idle, self.retention = idle, retention
         self._rate = _Throughput()
         self._lost: Lock | None = None
+        self._depth_at = -DEPTH_EVERY  # when the depth gauge was last set
+        self._ahead: tuple[int, asyncio.Future[list[Event]]] | None = None  # a page read ahead
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Queue for the lock, serve while holding it, queue again when deposed; release
@@ -102,6 +135,7 @@ class Writer:
                     self._check()
                     await asyncio.sleep(OUTAGE_PAUSE)
         finally:
+            self._drop_ahead()
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -110,28 +144,121 @@ class Writer:
     async def apply_pending(self, lock: Lock) -> int:
         """Apply every intent queued now under ``lock`` (no waiting); how many settled."""
         position, total = await self.position(), 0
-        while True:
-            position, seen, settled = await self._consume(lock, position)
-            total += settled
-            if not seen:
-                return total
+        try:
+            while True:
+                position, seen, settled = await self._consume(lock, position)
+                total += settled
+                if not seen:
+                    return total
+        finally:
+            self._drop_ahead()
 
     async def position(self) -> int:
         cursor = (await self.scope.read([self.keys.cursor])).value(self.keys.cursor)
         return 0 if cursor is None else int(cursor["seq"])
 
     async def _consume(self, lock: Lock, position: int) -> tuple[int, int, int]:
-        """Settle the submissions among the next batch of log events; returns the new
+        """Settle the submissions among the next page of log events; returns the new
         read position, how many events were read and how many intents settled."""
-        events = await self.scope.store.read_log(self.scope.room, position, self.batch)
-        settled = 0
-        for event in events:
-            if event.type == SUBMITTED and _field(event, "queue") == self.keys.name:
-                settled += await self._apply(_Step(self.keys, event, lock, self.retention))
-            position = event.seq
-        depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
-        self.metrics.depth(self.scope.room, self.keys.name, depth)
+        page = min(self.scope.store.limits.max_page, 2 * self.batch)
+        events = await self._page(position, page)
+        steps = [
+            _Step(self.keys, event, lock, self.retention)
+            for event in events
+            if event.type == SUBMITTED and _field(event, "queue") == self.keys.name
+        ]
+        if events:
+            position = events[-1].seq
+        if steps:  # busy: read the next page while this batch is written
+            ahead = self.scope.store.read_log(self.scope.room, position, page)
+            self._ahead = (position, asyncio.ensure_future(ahead))
+        try:
+            settled = await self._settle(steps)
+        except BaseException:
+            self._drop_ahead()
+            raise
+        now = time.monotonic()
+        if not events or now - self._depth_at >= DEPTH_EVERY:  # the gauge, not every write
+            depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
+            self.metrics.depth(self.scope.room, self.keys.name, depth)
+            self._depth_at = now
         return position, len(events), settled
+
+    async def _page(self, position: int, page: int) -> list[Event]:
+        """The events after ``position``: the page read ahead for it, if there is one."""
+        if self._ahead is not None and self._ahead[0] == position:
+            task, self._ahead = self._ahead[1], None
+            return await task
+        self._drop_ahead()
+        return await self.scope.store.read_log(self.scope.room, position, page)
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            task, self._ahead = self._ahead[1], None
+            task.cancel()
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _settle(self, steps: list[_Step]) -> int:
+        """Settle ``steps`` in order, as many per write as fit; how many settled."""
+        settled, done, cap = 0, 0, self.batch
+        while done < len(steps):
+            self._check()
+            chunk = self._chunk(steps[done:], cap)
+            try:
+                taken, count = await self._apply_batch(chunk)
+            except Poison:
+                taken, count = 1, await self._apply(chunk[0])
+            except (StaleFence, InvalidTransition, NotFound):
+                raise  # deposed, or the room was archived or deleted
+            except StoreUnavailable:
+                await asyncio.sleep(self.retry_delay)  # re-reading settled ones is harmless
+                continue
+            except Exception:
+                if len(chunk) > 1:  # too big for the store, or one intent in it is bad
+                    cap = max(1, len(chunk) // 2)
+                    continue
+                taken, count = 1, await self._apply(chunk[0])
+            if taken < 1:
+                raise RuntimeError("a batch write settled nothing")
+            done, settled, cap = done + taken, settled + count, min(self.batch, cap * 2)
+        return settled
+
+    def _chunk(self, steps: list[_Step], cap: int) -> list[_Step]:
+        """The first ``cap`` steps, fewer if their read keys would take more than half
+        of the transact's operations (the rest are for writes and appends)."""
+        budget, chunk = self.scope.store.limits.max_ops // 2, list[_Step]()
+        for step in steps[:cap]:
+            budget -= len(step.read_keys)
+            if chunk and budget < 0:
+                break
+            chunk.append(step)
+        return chunk
+
+    async def _apply_batch(self, steps: list[_Step]) -> tuple[int, int]:
+        """One write settling a prefix of ``steps``: how many steps it took and how many
+        intents it settled. ``Poison`` if the first cannot be applied."""
+        started = time.monotonic()
+        limit = _Limit(len(steps), self.scope.store.limits.max_ops, self.batch_bytes)
+
+        def stats(count: int) -> dict[str, Any]:
+            return {"rate": self._rate.rate(count, started)}
+
+        apply = partial(_apply_batch, steps=steps, limit=limit, stats=stats)
+        read_keys = dict.fromkeys(k for step in steps for k in step.read_keys)
+        committed = await self.scope.commit(apply, None, list(read_keys))
+        done = committed.result
+        elapsed = time.monotonic() - started
+        if done.get("appends") == len(committed.seqs):
+            told = [
+                Event(committed.seqs[i], kind, data, done["at"], self.owner)
+                for i, kind, data in done["outcomes"]
+            ]
+            tell(self.scope.store, self.scope.room, told)
+        if done["settled"]:
+            self._rate.tick(started, len(done["settled"]))
+        for outcome in done["settled"]:
+            self.metrics.settled(outcome["status"], elapsed, done["at"] - outcome["time"])
+        return int(done["taken"]), len(done["settled"])
 
     async def _wait(self, position: int, stop: asyncio.Event | None) -> None:
         """Until the log moves past ``position``, ``stop`` is set, or it is time to look
@@ -149,32 +276,34 @@ class Writer:
             task.result()
 
     async def _apply(self, step: _Step) -> int:
-        """Settle one submission: applied / rejected, or after ``max_failures``
+        """Settle one submission alone: applied / rejected, or after ``max_failures``
         exceptions dead. Returns 1 if this call settled it, 0 if it already was."""
         failures = 0
         while True:
             self._check()
-            started = time.monotonic()
-            apply = partial(_apply_intent, step=step, stats={"rate": self._rate.rate()})
             try:
-                result = await self.scope.commit(apply, None, step.read_keys)
+                return (await self._apply_batch([step]))[1]
+            except Poison as exc:
+                error = exc.error
             except (StaleFence, InvalidTransition, NotFound):
                 raise  # deposed, or the room was archived or deleted
             except StoreUnavailable:
                 await asyncio.sleep(self.retry_delay)  # not the intent's fault: not counted
                 continue
             except Exception as exc:
-                failures = await self._failed(step, exc, failures + 1)
-                if failures < self.max_failures:
-                    await asyncio.sleep(self.retry_delay * failures)
-                    continue
-                bury = partial(_dead_letter, step=step, failures=failures, error=exc)
-                result = await self.scope.commit(bury, None, [self.keys.cursor, step.item])
+                error = exc
+            failures = await self._failed(step, error, failures + 1)
+            if failures < self.max_failures:
+                await asyncio.sleep(self.retry_delay * failures)
+                continue
+            started = time.monotonic()
+            bury = partial(_dead_letter, step=step, failures=failures, error=error)
+            result = await self.scope.commit(bury, None, [self.keys.cursor, step.item])
             if result.result is None:
                 return 0
-            self._rate.tick()
+            self._rate.tick(started)
             wait = result.result["at"] - step.event.time
-            self.metrics.settled(result.result["status"], time.monotonic() - started, wait)
+            self.metrics.settled(DEAD, time.monotonic() - started, wait)
             return 1
 
     async def _failed(self, step: _Step, exc: Exception, local: int) -> int:
