@@ -203,10 +203,11 @@ class _Part:
 
 
 def _lease_body(lease: Lease, **more: Any) -> dict[str, Any]:
+    """The lease as the holder sends it back (an empty ``agent``: the token's)."""
     return {
         "room": lease.room,
         "task_id": lease.task_id,
-        "agent": lease.agent,
+        "agent": lease.agent or None,
         "fence": lease.fence,
         "expires_at": lease.expires_at,
         "granted_at": lease.granted_at,
@@ -558,6 +559,14 @@ class Events(_Part):
                 continue
             async for event in self._stream(local, wait):
                 local = event.seq
+                yield event
+
+    async def stream(self, after: int = 0, *, wait: float = 30.0) -> AsyncIterator[Event]:
+        """Every event after ``after``, as it arrives, without any cursor (the Server-Sent
+        Events stream, reconnected every ``wait`` seconds with ``Last-Event-ID``)."""
+        while True:
+            async for event in self._stream(after, wait):
+                after = event.seq
                 yield event
 
     async def _stream(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 
@@ -130,7 +130,13 @@ class SyncEvents(_Twin[Events]):
         self, agent: str | None = None, *, ack: Ack = "auto", batch: int = 100, wait: float = 30.0
     ) -> Iterator[Event]:
         """:meth:`Events.subscribe` as a blocking iterator (close it to stop)."""
-        events = self.inner.subscribe(agent, ack=ack, batch=batch, wait=wait)
+        return self._blocking_iter(self.inner.subscribe(agent, ack=ack, batch=batch, wait=wait))
+
+    def stream(self, after: int = 0, *, wait: float = 30.0) -> Iterator[Event]:
+        """:meth:`Events.stream` as a blocking iterator (close it to stop)."""
+        return self._blocking_iter(self.inner.stream(after, wait=wait))
+
+    def _blocking_iter(self, events: AsyncIterator[Event]) -> Iterator[Event]:
 
         async def step() -> Event:
             return await anext(events)
