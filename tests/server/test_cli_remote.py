@@ -131,6 +131,12 @@ def test_a_room_worked_from_the_command_line(served: Served, where: str) -> None
         "holder": None,
         "waiters": [],
     }
+    page = ok("status", room, *at, token=token)  # the operator API's page, either way
+    assert (page["room"], page["plan"]["counts"]) == (room, {"done": 1, "ready": 1})
+    assert [d["name"] for d in page["documents"]] == ["spec"]
+    code, out, err = run("status", room, *at, token=token)
+    assert code == 0, err
+    assert room in out and "spec" not in err
     code, _, err = run("doc", "get", "no-such-room", "x", *at, token=token)
     assert code == EXIT_NOT_FOUND and err.startswith("not_found: ")
 
