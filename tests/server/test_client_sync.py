@@ -1,10 +1,12 @@
 """The client's blocking facade: every public coroutine of the async client has its
-blocking twin (so the two cannot drift), and the twins work against a real server."""
+blocking twin (so the two cannot drift), and the twins work against a real server; and
+every library error survives the trip through the server's envelope."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import subprocess
 import sys
 import time
@@ -15,7 +17,15 @@ import pytest
 from agentrooms.client import SyncClient
 from agentrooms.client import rooms as remote
 from agentrooms.client import sync as blocking
-from agentrooms.errors import LockHeld, StaleFence, VersionConflict
+from agentrooms.client.http import RemoteRequestError, error_from
+from agentrooms.errors import (
+    AgentroomsError,
+    LockHeld,
+    RequestError,
+    StaleFence,
+    StoreUnavailable,
+    VersionConflict,
+)
 from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.server import AuthConfig, HttpLimits, create_app, mint
 from agentrooms.store import Store
@@ -103,3 +113,46 @@ async def test_the_blocking_client_over_a_server(store: Store) -> None:
                 assert kept.lost is not None
 
         await asyncio.to_thread(work)
+
+
+def _instances() -> list[AgentroomsError]:
+    from agentrooms import errors as e
+
+    return [
+        e.VersionConflict({"doc/a": 3, "doc/b": None}),
+        e.StaleFence("task/t", 1, 2),
+        e.InvalidTransition("not ready"),
+        e.ContentionExhausted(5, 0.25, ["doc/a"]),
+        e.IdempotencyMismatch("other payload"),
+        e.LeaseHeld("t", "bob"),
+        e.LockHeld("merge", "alice"),
+        e.RateLimited(0.5),
+        e.StoreUnavailable("down"),
+        e.ClockSkew("clock off", 3.0, 1.0),
+        e.CursorCompacted("r", 4, 10),
+        e.BadRequest("bad"),
+        e.PayloadTooLarge("big"),
+        e.NotFound("none"),
+        e.Unauthorized("who"),
+        e.Forbidden("no"),
+    ]
+
+
+@pytest.mark.parametrize("exc", _instances(), ids=lambda e: type(e).__name__)
+def test_every_error_comes_back_as_itself(exc: AgentroomsError) -> None:
+    """The server's envelope of each library error, read by the client, is that error:
+    its class, message and details."""
+    from agentrooms.server.envelope import error_response
+
+    response = error_response(exc)
+    back = error_from(response.status_code, json.loads(bytes(response.body)), "r")
+    assert type(back) is type(exc)
+    assert str(back) == str(exc)
+    assert back.details() == exc.details()
+
+
+def test_a_code_the_library_lacks_is_a_remote_error() -> None:
+    back = error_from(428, {"error": {"type": "precondition_required", "message": "m"}})
+    assert isinstance(back, RemoteRequestError) and isinstance(back, RequestError)
+    assert (back.remote_code, back.status, str(back)) == ("precondition_required", 428, "m")
+    assert isinstance(error_from(502, "<html>"), StoreUnavailable)
