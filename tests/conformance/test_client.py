@@ -24,6 +24,7 @@ from agentrooms.errors import (
     LockHeld,
     NotFound,
     StaleFence,
+    StoreUnavailable,
     VersionConflict,
 )
 from agentrooms.reliability.proxy import Delay, Reset, TcpProxy
@@ -362,5 +363,49 @@ async def test_a_retry_after_a_lost_response_applies_once(store: Store, backend:
                 doc = await lost_answer(remote.docs.put("d", 1, create_only=True), written)
                 assert isinstance(doc, Document)
                 assert doc.version == (await room.docs.get("d")).version
+        finally:
+            proxy.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"], indirect=True)
+async def test_a_call_without_a_key_is_not_resent_once_it_may_have_applied(
+    store: Store, backend: Backend
+) -> None:
+    """A lock release carries no key: once its answer is lost the client says the
+    outcome is unknown (``StoreUnavailable``) instead of resending it; the release did
+    apply, once. A read whose answer is lost is simply sent again."""
+    name = f"c-{uuid.uuid4().hex[:10]}"
+    room = await Rooms(store).create(name)
+    token = (await mint(store, "alice", rooms=[name], scopes=["admin"])).token
+    app = create_app(store, auth=AuthConfig(), limits=HttpLimits(rate=None))
+    async with serving(app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        proxy = TcpProxy(("127.0.0.1", port))
+        proxy.start()
+        try:
+            async with Client(f"http://127.0.0.1:{proxy.port}", token, agent="alice") as client:
+                remote = client.room(name)
+                lock = await remote.locks.try_acquire("l", ttl=60)
+                delay, reset = Delay(proxy, 1.0), Reset(proxy)
+                await delay.inject()
+                pending = asyncio.ensure_future(remote.locks.release(lock))
+
+                async def released() -> bool:
+                    return await room.locks.holder("l") is None
+
+                await _until(released)
+                await reset.inject()
+                await delay.heal()
+                await reset.heal()
+                with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+                    await asyncio.wait_for(pending, 20)
+                assert await room.locks.holder("l") is None
+                await delay.inject()
+                reading = asyncio.ensure_future(remote.describe())
+                await asyncio.sleep(0.3)
+                await reset.inject()
+                await delay.heal()
+                await reset.heal()
+                assert (await asyncio.wait_for(reading, 20)).name == name
         finally:
             proxy.stop()
