@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from agentrooms.client import SyncClient
+from agentrooms.client import Client, SyncClient
 from agentrooms.client import rooms as remote
 from agentrooms.client import sync as blocking
 from agentrooms.client.http import RemoteRequestError, error_from
@@ -156,3 +156,29 @@ def test_a_code_the_library_lacks_is_a_remote_error() -> None:
     assert isinstance(back, RemoteRequestError) and isinstance(back, RequestError)
     assert (back.remote_code, back.status, str(back)) == ("precondition_required", 428, "m")
     assert isinstance(error_from(502, "<html>"), StoreUnavailable)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_rate_limited_call_is_waited_out_and_sent_again(store: Store) -> None:
+    """A ``429`` did nothing: the client waits its ``retry_after`` and sends the call
+    again, so a burst past the bucket still completes, each post once."""
+    name = f"s-{uuid.uuid4().hex[:10]}"
+    await Rooms(store).create(name)
+    token = (await mint(store, "alice", rooms=[name], scopes=["admin"])).token
+    app = create_app(store, auth=AuthConfig(), limits=HttpLimits(rate=20.0, burst=2))
+    async with serving(app) as base, Client(base, token, retries=8) as client:
+        room = client.room(name)
+        before = _rate_limited()
+        seqs = [await room.events.post("tick", i) for i in range(8)]
+        assert _rate_limited() > before  # the bucket did refuse some
+        assert len(set(seqs)) == 8
+        assert [e.data for e in await Rooms(store).room(name).events.read(seqs[0] - 1)] == list(
+            range(8)
+        )
+
+
+def _rate_limited() -> float:
+    from prometheus_client import REGISTRY
+
+    count = REGISTRY.get_sample_value("agentrooms_http_errors_total", {"type": "rate_limited"})
+    return count or 0.0
