@@ -1,10 +1,11 @@
 """What every command of the ``agentrooms`` command line shares: exit codes, literal
 printing, ``--json`` output, the default store, the ``--url`` option and running a command
-against a store."""
+against a store, or (``--server``) against a server through :mod:`agentrooms.client`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -12,7 +13,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
@@ -34,7 +35,12 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
+from agentrooms.rooms import Room, Rooms
 from agentrooms.store import Store, open_store
+
+if TYPE_CHECKING:
+    from agentrooms.client import Client
+    from agentrooms.client import Room as RemoteRoom
 
 T = TypeVar("T")
 
@@ -175,6 +181,16 @@ UrlOption = Annotated[
     ),
 ]
 RoomArg = Annotated[str, typer.Argument(help="Room name")]
+TOKEN_ENV = "AGENTROOMS_TOKEN"
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="AGENTROOMS_SERVER",
+        help="An agentrooms server's URL (http://host:port): act through its HTTP API, "
+        f"with the bearer token in ${TOKEN_ENV}, instead of opening a store (--url)",
+    ),
+]
 
 
 def _prepare(url: str) -> None:
@@ -248,6 +264,44 @@ def _run(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except AgentroomsError as exc:
         raise typer.Exit(_report(exc, url)) from exc
+
+
+def _remote(server: str, work: Callable[[Client], Awaitable[T]]) -> T:
+    """Run ``work`` with a :class:`~agentrooms.client.Client` of ``server`` (token from
+    ``$AGENTROOMS_TOKEN``), close it; a typed error (the server's ``403`` too) becomes
+    one line on stderr naming the server, and the exit code of its family."""
+    _need_extra("client", "--server")
+    from agentrooms.client import Client, RemoteError
+
+    async def main() -> T:
+        async with Client(server, os.environ.get(TOKEN_ENV) or None) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except AgentroomsError as exc:
+        message = f"{exc} (server {shown_url(server)})"
+        if exc.code == "unauthorized" and not os.environ.get(TOKEN_ENV):
+            message += f"; set {TOKEN_ENV} to a token minted for you"
+        code = EXIT_UNAVAILABLE
+        with contextlib.suppress(LookupError):
+            code = exit_code(exc)
+        remote = exc.remote_code if isinstance(exc, RemoteError) else exc.code
+        _error_line(remote, message)
+        raise typer.Exit(code) from exc
+
+
+def _in_room(
+    url: str,
+    server: str | None,
+    room: str,
+    work: Callable[[Room | RemoteRoom], Awaitable[T]],
+) -> T:
+    """Run ``work`` on room ``room``: the library's handle on the store at ``url``, or with
+    ``server`` the client's handle on that server's room (the same methods)."""
+    if server is not None:
+        return _remote(server, lambda client: work(client.room(room)))
+    return _run(url, lambda store: work(Rooms(store).room(room)))
 
 
 def span(seconds: float) -> str:

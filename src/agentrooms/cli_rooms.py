@@ -4,7 +4,8 @@ change what a store holds."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import time
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,7 +18,9 @@ from agentrooms.cli_common import (
     EXIT_OK,
     JsonOption,
     RoomArg,
+    ServerOption,
     UrlOption,
+    _remote,
     _run,
     _when,
     console,
@@ -29,6 +32,9 @@ from agentrooms.cli_common import (
 )
 from agentrooms.rooms import RoomList, Rooms
 from agentrooms.store import Store
+
+if TYPE_CHECKING:
+    from agentrooms.client import Client
 
 rooms_app = typer.Typer(help="Create, list, archive and delete rooms.", no_args_is_help=True)
 plan_app = typer.Typer(help="Look at a room's plan.", no_args_is_help=True)
@@ -49,32 +55,44 @@ def rooms_list(
         str | None, typer.Option("--after", help="Rooms whose name sorts after this one")
     ] = None,
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """List rooms with their newest event and ready tasks (or say which store has none).
+    With ``--server``: the rooms the token may enter.
 
     ``--limit``/``--after``: one page of rooms by name; the next page's ``--after`` is
     printed (``next_after`` with ``--json``, ``null`` at the end). ``--json``:
     ``{"rooms": [...]}`` (and ``next_after`` when paged), each room's name, description, metadata,
     created_at, archived, last_seq and ready."""
-    page = _run(
-        url,
-        lambda store: (
-            Rooms(store).page(
-                limit if limit is not None else store.limits.max_page,
-                after,
-                include_archived=archived,
-            )
-            if limit is not None or after is not None
-            else _everything(store, archived)
-        ),
-    )
+    paged = limit is not None or after is not None
+    if server is not None:
+
+        async def remote(client: Client) -> RoomList:
+            if paged:
+                return await client.rooms.page(limit or 100, after, include_archived=archived)
+            return RoomList(await client.rooms.list(include_archived=archived), None)
+
+        page = _remote(server, remote)
+    else:
+        page = _run(
+            url,
+            lambda store: (
+                Rooms(store).page(
+                    limit if limit is not None else store.limits.max_page,
+                    after,
+                    include_archived=archived,
+                )
+                if paged
+                else _everything(store, archived)
+            ),
+        )
     infos = page.rooms
     if as_json:
-        paged = limit is not None or after is not None
         emit_json({"rooms": infos, "next_after": page.next_after} if paged else {"rooms": infos})
         return
     if not infos:
-        say("no rooms in the store ", shown_url(url))
+        where = f"on the server {shown_url(server)}" if server else f"in the store {shown_url(url)}"
+        say("no rooms ", where)
         return
     table = Table("room", "description", "events", "ready", "archived")
     for info in infos:
@@ -99,16 +117,24 @@ def rooms_create(
     room: RoomArg,
     url: UrlOption = DEFAULT_URL,
     description: Annotated[str, typer.Option(help="What the room is for")] = "",
+    server: ServerOption = None,
 ) -> None:
     """Create a room."""
+    if server is not None:
+        _remote(server, lambda client: client.rooms.create(room, description))
+        say("created room ", literal(room, "bold"), " on the server ", shown_url(server))
+        return
     _run(url, lambda store: Rooms(store).create(room, description))
     say("created room ", literal(room, "bold"), " in the store ", shown_url(url))
 
 
 @rooms_app.command("archive")
-def rooms_archive(room: RoomArg, url: UrlOption = DEFAULT_URL) -> None:
+def rooms_archive(room: RoomArg, url: UrlOption = DEFAULT_URL, server: ServerOption = None) -> None:
     """Make a room read-only."""
-    _run(url, lambda store: Rooms(store).archive(room))
+    if server is not None:
+        _remote(server, lambda client: client.rooms.archive(room))
+    else:
+        _run(url, lambda store: Rooms(store).archive(room))
     say("archived room ", literal(room, "bold"))
 
 
@@ -117,11 +143,15 @@ def rooms_delete(
     room: RoomArg,
     url: UrlOption = DEFAULT_URL,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask")] = False,
+    server: ServerOption = None,
 ) -> None:
     """Delete a room and everything in it."""
     if not yes:
         typer.confirm(f"delete room {room!r} and everything in it?", abort=True)
-    _run(url, lambda store: Rooms(store).delete(room))
+    if server is not None:
+        _remote(server, lambda client: client.rooms.delete(room))
+    else:
+        _run(url, lambda store: Rooms(store).delete(room))
     say("deleted room ", literal(room, "bold"))
 
 
@@ -129,7 +159,12 @@ def rooms_delete(
 
 
 @plan_app.command("show")
-def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def plan_show(
+    room: RoomArg,
+    url: UrlOption = DEFAULT_URL,
+    as_json: JsonOption = False,
+    server: ServerOption = None,
+) -> None:
     """The plan as a DAG of dependencies, with owners, leases and fencing tokens: each
     task is drawn once, under the first task it waits for; a dependent already drawn
     is named on one ``also ... (shown above)`` line instead of being drawn again. A
@@ -143,11 +178,25 @@ def plan_show(room: RoomArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption =
         tasks = await Rooms(store).room(room).plan.tasks()
         return tasks, (await store.read(room, [])).now
 
-    tasks, now = _run(url, work)
+    if server is not None:
+        tasks = _remote(server, lambda client: client.room(room).plan.tasks())
+        now = _read_time(tasks)
+    else:
+        tasks, now = _run(url, work)
     if as_json:
         emit_json({"room": room, "now": now, "tasks": [_task_json(t, now) for t in tasks]})
         return
     console.print(plan_tree(room, tasks, now))
+
+
+def _read_time(tasks: list[Any]) -> float:
+    """The store time the server read ``tasks`` at, from a claimed task's lease (its
+    expiry less the seconds it had left); this machine's clock when none is claimed (then
+    no time is shown)."""
+    for task in tasks:
+        if task.lease_expires is not None and task.lease_remaining:
+            return float(task.lease_expires - task.lease_remaining)
+    return time.time()
 
 
 def _task_json(task: Any, now: float) -> dict[str, Any]:
@@ -231,12 +280,21 @@ def tail(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time)")
     ] = False,
+    server: ServerOption = None,
 ) -> None:
     """Follow a room's events live (woken by the store; moves no agent's cursor).
 
     One line per event, ``#<seq> <type> [by <author>] <data as JSON>``, never wrapped.
     ``--json``: a stream, so one JSON document per line and event (``seq``, ``type``,
     ``data``, ``time``, ``author``), each printed as it arrives."""
+
+    def show(event: Any) -> None:
+        if as_json:
+            emit_json(event)  # seq, type, data, time, author
+            return
+        data = json.dumps(event.data, ensure_ascii=False)
+        by = "" if event.author is None else f" by {event.author}"
+        say(literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"), by, " ", data)
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -246,13 +304,7 @@ def tail(
         while count is None or shown < count:
             batch = await events.read(position, 100)
             for event in batch:
-                if as_json:
-                    emit_json(event)  # seq, type, data, time, author
-                else:
-                    data = json.dumps(event.data, ensure_ascii=False)
-                    by = "" if event.author is None else f" by {event.author}"
-                    head = (literal(f"#{event.seq}", "dim"), " ", literal(event.type, "bold"))
-                    say(*head, by, " ", data)
+                show(event)
                 position = event.seq
                 shown += 1
                 if count is not None and shown >= count:
@@ -260,8 +312,23 @@ def tail(
             if not batch:
                 await store.watch(room, position, 30)
 
+    async def remote(client: Client) -> None:
+        handle = client.room(room)
+        position = (await handle.describe()).last_seq if after is None else after
+        if count == 0:
+            return
+        shown = 0
+        async for event in handle.events.stream(position):  # the server's SSE stream
+            show(event)
+            shown += 1
+            if count is not None and shown >= count:
+                return
+
     try:
-        _run(url, work)
+        if server is not None:
+            _remote(server, remote)
+        else:
+            _run(url, work)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None
 

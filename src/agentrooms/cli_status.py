@@ -7,15 +7,21 @@ columns. ``--json`` prints the operator API's JSON of the room page instead
 by the store's watch) and at least every ``--every`` seconds (leases run out without an
 event); in a terminal it redraws in place, otherwise it prints one screen (one JSON line
 with ``--json``) after another. Exit code 0 whatever is stuck; the errors of every
-command otherwise.
+command otherwise. With ``--server`` the page comes from that server's operator API
+(``GET /v1/ops/rooms/{room}``, the token needs ``ops:read``), and ``--watch`` reads it
+again every ``--every`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import json
 import time
-from typing import Annotated
+import types
+import typing
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
@@ -27,13 +33,18 @@ from agentrooms.cli_common import (
     DEFAULT_URL,
     EXIT_OK,
     RoomArg,
+    ServerOption,
     UrlOption,
+    _remote,
     _run,
     console,
     literal,
 )
 from agentrooms.ops import EXPIRED, EXPIRED_LAST, Ops, RoomPage, Thresholds, as_json
 from agentrooms.store import Store
+
+if TYPE_CHECKING:
+    from agentrooms.client import Client
 
 SHOWN = 8  # rows per section beyond the stuck list (the rest are counted)
 _DEFAULT = Thresholds()
@@ -110,6 +121,31 @@ def render(page: RoomPage) -> RenderableType:
     return Group(*parts)
 
 
+def _rebuilt(kind: Any, data: Any) -> Any:
+    """The read model value of type ``kind`` whose :func:`as_json` is ``data`` (nested
+    dataclasses, lists and optionals, by the fields' type hints)."""
+    if data is None:
+        return None
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(data, dict):
+        hints = typing.get_type_hints(kind)
+        return kind(
+            **{
+                f.name: _rebuilt(hints[f.name], data[f.name])
+                for f in dataclasses.fields(kind)
+                if f.name in data
+            }
+        )
+    origin = typing.get_origin(kind)
+    if origin is list and isinstance(data, list):
+        (item,) = typing.get_args(kind)
+        return [_rebuilt(item, v) for v in data]
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(kind):
+            if dataclasses.is_dataclass(arg):
+                return _rebuilt(arg, data)
+    return data
+
+
 def status(
     room: RoomArg,
     url: UrlOption = DEFAULT_URL,
@@ -131,6 +167,7 @@ def status(
     cursor_lag: Annotated[
         int, typer.Option(min=0, help="Events a cursor lags before it is stuck")
     ] = _DEFAULT.cursor_lag,
+    server: ServerOption = None,
 ) -> None:
     """A room's first screen: what is stuck, the plan, locks, presence and lag."""
     limits = Thresholds(effect_unknown, waiter_waiting, cursor_lag)
@@ -160,7 +197,22 @@ def status(
                         break
                 page = await ops.room(room)
 
+    async def remote(client: Client) -> None:
+        params = dataclasses.asdict(limits)
+        path = f"/ops/rooms/{room}"
+        while True:
+            body = await client.http.json("GET", path, safety="idempotent", params=params)
+            page = _rebuilt(RoomPage, body)
+            console.print(show(page), soft_wrap=as_json_)
+            console.file.flush()
+            if not watch:
+                return
+            await asyncio.sleep(every)
+
     try:
-        _run(url, work)
+        if server is not None:
+            _remote(server, remote)
+        else:
+            _run(url, work)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None

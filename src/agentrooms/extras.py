@@ -5,7 +5,8 @@ them; ``agentrooms[mcp]`` adds the MCP server on stdio (the MCP SDK);
 ``agentrooms[server]`` that and the HTTP API (FastAPI) under uvicorn, MCP over
 streamable HTTP included; ``agentrooms[redis]`` and ``agentrooms[postgres]`` add the shared
 stores' drivers; ``agentrooms[langgraph]`` the LangGraph checkpointer's base
-(:mod:`agentrooms.integrations.langgraph`); ``agentrooms[all]`` is all of these.
+(:mod:`agentrooms.integrations.langgraph`); ``agentrooms[client]`` the HTTP client
+(httpx, :mod:`agentrooms.client`); ``agentrooms[all]`` is all of these.
 ``agentrooms[bench]`` (not in ``all``) is the peer libraries the benchmarks measure.
 """
 
@@ -19,6 +20,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn", "mcp"),
     "mcp": ("mcp",),
     "langgraph": ("langchain_core", "langgraph.checkpoint"),
+    "client": ("httpx",),
 }
 
 

@@ -185,3 +185,36 @@ def test_mcp_on_stdio_needs_no_web_framework(tmp_path: Path) -> None:
     assert answers[1]["result"]["serverInfo"]["name"], answers
     names = {tool["name"] for tool in answers[2]["result"]["tools"]}
     assert {"claim_task", "read_new_events", "write_document"} <= names
+
+
+def test_the_cli_without_the_client_extra_works_on_a_store_and_names_it_for_server(
+    tmp_path: Path,
+) -> None:
+    """Without httpx (nor the server stack), the room commands work on a store, and
+    ``--server`` (or importing agentrooms.client) names the client extra."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    ran = without(
+        {"httpx", "fastapi", "uvicorn", "mcp"},
+        f"""
+        import sys
+        from typer.testing import CliRunner
+        from agentrooms.cli import app
+        from agentrooms.extras import MissingExtra
+        runner = CliRunner()
+        for args in (["rooms", "create", "r", "--url", "{store}"],
+                     ["events", "post", "r", "note", "--url", "{store}"],
+                     ["doc", "list", "r", "--url", "{store}", "--json"],
+                     ["rooms", "list", "--server", "http://127.0.0.1:9"]):
+            done = runner.invoke(app, args)
+            print(done.exit_code, done.stdout.strip() or done.stderr.strip())
+        try:
+            import agentrooms.client
+        except MissingExtra as exc:
+            print(exc.name, exc)
+        """,
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[1:3] == ["0 posted #2", '0 {"documents": []}'], lines
+    assert lines[3].startswith("2 not_installed: --server needs the client extra")
+    assert lines[4].startswith("httpx agentrooms.client needs the client extra")

@@ -74,7 +74,7 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
         info = f"agentrooms-{__version__}.dist-info"
         assert f"{info}/licenses/LICENSE" in files.namelist()
         extras = extras_of(files.read(f"{info}/METADATA").decode())
-    parts = ("server", "mcp", "redis", "postgres", "langgraph")
+    parts = ("server", "mcp", "redis", "postgres", "langgraph", "client")
     assert set().union(*(extras[part] for part in parts)) == extras["all"]
     assert extras["bench"] and not extras["bench"] & extras["all"]  # [all] pulls no peer
     run(uv, "venv", "--quiet", "--python", sys.executable, venv, cwd=work)
