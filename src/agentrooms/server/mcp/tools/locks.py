@@ -1,0 +1,134 @@
+"""The tools of named locks: list, acquire, extend, release."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult
+from pydantic import Field
+
+from agentrooms.rooms import Lock, Room
+from agentrooms.server.auth import Principal
+from agentrooms.server.deps import command_id, held_grant
+from agentrooms.server.mcp.hints import (
+    lost_lock,
+)
+from agentrooms.server.mcp.tools.base import (
+    Body,
+    LockNameArg,
+    LockToken,
+    RequestId,
+    RoomArg,
+    ToolsBase,
+    _Answered,
+    _rounded,
+)
+
+
+class LockTools(ToolsBase):
+    async def acquire_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        ctx: Context[Any, Any],
+        ttl: Annotated[
+            float, Field(gt=0, le=86_400, description="seconds until it expires by itself")
+        ] = 30.0,
+        wait: Annotated[
+            float, Field(ge=0, le=3600, description="seconds to queue if it is held (capped)")
+        ] = 0.0,
+        request_id: RequestId = None,
+    ) -> CallToolResult:
+        """Take a named lock (optionally queueing up to wait seconds). Returns its token
+        (for release_lock) and fence."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            lock = await self._acquire(principal, r, name, ttl, wait, request_id)
+            return {
+                "token": lock.token,
+                "fence": lock.fence,
+                "expires_at": _rounded(lock.expires_at),
+                "granted_at": _rounded(lock.granted_at),
+            }
+
+        return await self.run(ctx, room, "locks:write", body)
+
+    async def _acquire(
+        self,
+        principal: Principal,
+        r: Room,
+        name: str,
+        ttl: float,
+        wait: float,
+        request_id: str | None,
+    ) -> Lock:
+        locks, cmd = r.locks, command_id(principal, request_id)
+        if wait > 0:
+            timeout = min(wait, self.limits.max_lock_wait)
+            return await locks.wait_acquire(
+                name, principal.agent, ttl=ttl, timeout=timeout, command_id=cmd
+            )
+        return await locks.try_acquire(name, principal.agent, ttl=ttl, command_id=cmd)
+
+    async def release_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        token: LockToken,
+        ctx: Context[Any, Any],
+    ) -> CallToolResult:
+        """Release a lock you hold (it passes to the next queued agent). released=false
+        when your grant had already expired or changed hands."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            held = await held_grant(r, name, principal.agent, token)
+            if held is None:
+                return {"released": False}
+            lock = Lock(r.name, name, principal.agent, token, held.value["fence"], 0.0, 0.0)
+            return {"released": await r.locks.release(lock)}
+
+        return await self.run(ctx, room, "locks:write", body, "lock")
+
+    async def extend_lock(
+        self,
+        room: RoomArg,
+        name: LockNameArg,
+        token: LockToken,
+        ctx: Context[Any, Any],
+        ttl: Annotated[float, Field(gt=0, le=86_400, description="seconds from now")] = 30.0,
+    ) -> CallToolResult:
+        """Keep a lock you hold for ttl more seconds (before it expires)."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            held = await held_grant(r, name, principal.agent, token)
+            if held is None:
+                raise _Answered(lost_lock(name))
+            value = held.value
+            lock = Lock(r.name, name, principal.agent, token, value["fence"], 0.0, value["ttl"])
+            extended = await r.locks.extend(lock, ttl)
+            return {"fence": extended.fence, "expires_at": _rounded(extended.expires_at)}
+
+        return await self.run(ctx, room, "locks:write", body, "lock")
+
+    async def list_locks(self, room: RoomArg, ctx: Context[Any, Any]) -> CallToolResult:
+        """The room's held locks: holder, since (granted_at), fence, expires_at, and the
+        agents waiting in line for each, first first."""
+
+        async def body(principal: Principal, r: Room) -> Body:
+            out = []
+            for info in await r.locks.held():
+                line = await r.locks.waiters(info.name)
+                out.append(
+                    {
+                        "name": info.name,
+                        "holder": info.owner,
+                        "since": _rounded(info.granted_at),
+                        "fence": info.fence,
+                        "expires_at": _rounded(info.expires_at),
+                        "waiters": [w.owner for w in line] or None,
+                    }
+                )
+            return {"locks": out}
+
+        return await self.run(ctx, room, "rooms:read", body, "lock")
