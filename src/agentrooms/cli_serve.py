@@ -179,6 +179,9 @@ def mcp(
     rooms: Annotated[
         str | None, typer.Option(help="Comma-separated rooms the agent may enter (default all)")
     ] = None,
+    profile: Annotated[
+        str, typer.Option(help="Tool set: full (default) or worker (the claim-work loop only)")
+    ] = "full",
 ) -> None:
     """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
 
@@ -194,7 +197,7 @@ def mcp(
         soft_wrap=True,
     )
     try:
-        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","), profile=profile)
     except AgentroomsError as exc:
         raise typer.Exit(_report(exc, url)) from exc
 

@@ -3,6 +3,7 @@ turning an outcome into a tool result."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agentrooms.errors import (
     AgentroomsError,
+    BadRequest,
     LeaseHeld,
     LockHeld,
     NotFound,
@@ -27,8 +29,10 @@ from agentrooms.server.auth import Principal
 from agentrooms.server.deps import enter
 from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits, RateLimiter
+from agentrooms.server.mcp.arguments import REQUEST_ID_PATTERN
 from agentrooms.server.mcp.hints import (
     Hint,
+    Verbatim,
     error_result,
     hint_for,
     ok_result,
@@ -46,48 +50,39 @@ log = logging.getLogger("agentrooms.server.mcp")
 
 Body = Mapping[str, Any]
 
-RoomArg = Annotated[
-    str,
-    Field(pattern=NAME_PATTERN, max_length=128, description="the room's name"),
-]
-TaskIdArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="the task's id")]
-FenceArg = Annotated[
-    int, Field(ge=0, le=MAX_INT, description="the fence your claim_task returned for this task")
-]
+RoomArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+TaskIdArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+FenceArg = Annotated[int, Field(ge=0, le=MAX_INT, description="from claim_task")]
 RequestId = Annotated[
     str | None,
     Field(
-        pattern=r"^[!-~]{1,64}$",
+        pattern=REQUEST_ID_PATTERN,
         max_length=64,
-        description="idempotency key: a repeat with the same one applies once",
+        description="idempotency key",
     ),
 ]
-LeaseTtl = Annotated[
-    float, Field(gt=0, le=86_400, description="lease length in seconds (renew before it ends)")
-]
-StatusArg = Annotated[
-    str, Field(min_length=1, max_length=200, description="what you are doing, e.g. 'working'")
-]
+LeaseTtl = Annotated[float, Field(gt=0, le=86_400, description="lease seconds")]
+StatusArg = Annotated[str, Field(min_length=1, max_length=200, description="what you are doing")]
 DocNameArg = Annotated[
-    str,
-    Field(pattern=DOC_PATTERN, max_length=193, description="document name, [partition/]name"),
+    str, Field(pattern=DOC_PATTERN, max_length=193, description="[partition/]name")
 ]
-LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="lock name")]
-LockToken = Annotated[
-    str, Field(min_length=1, max_length=128, description="the token acquire_lock gave")
-]
+LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+LockToken = Annotated[str, Field(min_length=1, max_length=128, description="from acquire_lock")]
+LimitArg = Annotated[int, Field(ge=1, le=1000)]
+AfterArg = Annotated[str | None, Field(max_length=200, description="a next")]
 MAX_WAIT = 30.0  # the longest a claim_task or read_new_events call waits
 WAKE_SLACK = 0.05  # seconds past a lease's end before a waiting claim looks again
 WaitArg = Annotated[
     float,
-    Field(ge=0, le=MAX_WAIT, description="seconds to wait if there is nothing yet (at most 30)"),
+    Field(ge=0, le=MAX_WAIT, description="seconds to wait for one"),
 ]
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 Subject = Literal["task", "document", "lock", "events"]
 
-# MCP's defaults (readOnlyHint and idempotentHint false) are left unsaid: the tool list
-# is read into every model's context
-READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+# MCP's defaults (readOnlyHint, destructiveHint and idempotentHint false) are left
+# unsaid, and idempotentHint and destructiveHint beside readOnlyHint (MCP reads them
+# only for tools that change state): the tool list is read into every model's context
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 IDEMPOTENT = ToolAnnotations(idempotent_hint=True, open_world_hint=False)
 CHANGES = ToolAnnotations(open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
@@ -100,9 +95,9 @@ class TaskIn(BaseModel):
 
     id: Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
     title: str = Field(default="", max_length=1000)
-    payload: JsonValue = Field(default=None, description="anything the worker needs (JSON)")
+    payload: JsonValue = Field(default=None, description="for the worker")
     deps: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]] = Field(
-        default_factory=list, max_length=1000, description="ids of tasks that must be done first"
+        default_factory=list, max_length=1000, description="task ids to finish first"
     )
     max_attempts: int = Field(default=3, ge=1, le=1000)
 
@@ -111,8 +106,67 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _event(event: Event) -> dict[str, Any]:
-    out = {"seq": event.seq, "type": event.type, "data": verbatim(event.data)}
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (as a tool result carries it)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+class Budget:
+    """The bytes one tool result may still take (``HttpLimits.max_result_bytes``): a list
+    stops when its next item does not fit (the caller returns ``next`` there); a value
+    that does not fit is replaced by a truncation marker saying how to fetch it."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def fits(self, value: Any) -> bool:
+        """Take ``value``'s size if it fits (``True``), else take nothing."""
+        size = json_size(value)
+        if size > self.left:
+            return False
+        self.left -= size
+        return True
+
+    def value(self, value: Any, fetch: str) -> Any:
+        """``value`` (kept verbatim) if it fits, else ``{truncated, bytes, fetch}``."""
+        if value is None:
+            return None
+        if self.fits(value):
+            return Verbatim(value)
+        return {"truncated": True, "bytes": json_size(value), "fetch": fetch}
+
+
+OffsetArg = Annotated[int, Field(ge=0, le=MAX_INT, description="next_offset of the last part")]
+
+
+def part_of(value: Any, offset: int, limit: int) -> dict[str, Any]:
+    """``{value}`` when ``value`` fits in ``limit`` bytes (and ``offset`` is 0), else
+    one part of its compact JSON text from character ``offset``: ``{json, offset,
+    next_offset, total_chars, truncated}`` (``next_offset`` absent at the end); joined
+    in order, the parts are that JSON text."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if offset == 0 and json_size(text) <= limit:
+        return {"value": Verbatim(value)}
+    if offset > len(text):
+        raise BadRequest(f"offset {offset} is past the end ({len(text)} characters)")
+    n = max(1, limit // 2)
+    while n > 1 and json_size(text[offset : offset + n]) > limit:
+        n = n * 3 // 4
+    end = min(len(text), offset + n)
+    return {
+        "json": text[offset:end],
+        "offset": offset,
+        "next_offset": end if end < len(text) else None,
+        "total_chars": len(text),
+        "truncated": True,
+    }
+
+
+def _event(event: Event, budget: Budget | None = None) -> dict[str, Any]:
+    data: Any = verbatim(event.data)
+    if budget is not None:
+        data = budget.value(event.data, f"read_event seq={event.seq}")
+    out = {"seq": event.seq, "type": event.type, "data": data}
     return out if event.author is None else {**out, "author": event.author}
 
 

@@ -17,30 +17,37 @@ from agentrooms.rooms.documents import check_doc_name
 from agentrooms.server.auth import Principal
 from agentrooms.server.deps import command_id
 from agentrooms.server.mcp.hints import (
-    Verbatim,
     document_conflict,
 )
 from agentrooms.server.mcp.tools.base import (
+    AfterArg,
     Body,
     DocNameArg,
+    LimitArg,
+    OffsetArg,
     RequestId,
     RoomArg,
     ToolsBase,
     _Answered,
+    part_of,
 )
 from agentrooms.server.models import MAX_INT, PARTITION
 
 
 class DocumentTools(ToolsBase):
+    """Documents."""
+
     async def read_document(
-        self, room: RoomArg, name: DocNameArg, ctx: Context[Any, Any]
+        self, room: RoomArg, name: DocNameArg, ctx: Context[Any, Any], offset: OffsetArg = 0
     ) -> CallToolResult:
-        """A document's value and version. Write it back with write_document and that
-        version."""
+        """A document's value and version (for write_document). A value too large for one
+        result comes in parts ({json, next_offset}): call again with offset=next_offset
+        and join them; if version changes meanwhile, start again."""
 
         async def body(principal: Principal, r: Room) -> Body:
             doc = await r.docs.get(name)
-            return {"value": Verbatim(doc.value), "version": doc.version}
+            part = part_of(doc.value, offset, self.limits.max_result_bytes - 512)
+            return {**part, "version": doc.version}
 
         return await self.run(ctx, room, "docs:read", body, "document")
 
@@ -48,21 +55,14 @@ class DocumentTools(ToolsBase):
         self,
         room: RoomArg,
         name: DocNameArg,
-        value: Annotated[JsonValue, Field(description="the new value (JSON)")],
-        version: Annotated[
-            int,
-            Field(
-                ge=0,
-                le=MAX_INT,
-                description="the version you read (0 to create a new document); the write "
-                "fails with version_conflict if it changed since",
-            ),
-        ],
+        value: Annotated[JsonValue, Field(description="JSON")],
+        version: Annotated[int, Field(ge=0, le=MAX_INT, description="as read; 0: create")],
         ctx: Context[Any, Any],
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Replace a document, only if it is still at the version you read (version 0:
-        only if it does not exist yet). Returns the new version."""
+        """Replace a document if still at version (0: create it). Returns the new
+        version. version_conflict: re-read, re-apply your change, write again. forbidden:
+        join_room says which documents you may write."""
 
         async def body(principal: Principal, r: Room) -> Body:
             check_doc_name(name)
@@ -90,12 +90,10 @@ class DocumentTools(ToolsBase):
         self,
         room: RoomArg,
         name: DocNameArg,
-        version: Annotated[
-            int, Field(ge=1, le=MAX_INT, description="the version you read (it must still be)")
-        ],
+        version: Annotated[int, Field(ge=1, le=MAX_INT, description="as read")],
         ctx: Context[Any, Any],
     ) -> CallToolResult:
-        """Delete a document, only if it is still at the version you read."""
+        """Delete a document if still at version (else version_conflict: re-read)."""
 
         async def body(principal: Principal, r: Room) -> Body:
             check_doc_name(name)
@@ -113,14 +111,15 @@ class DocumentTools(ToolsBase):
         self,
         room: RoomArg,
         ctx: Context[Any, Any],
-        partition: Annotated[
-            str | None, Field(pattern=PARTITION, max_length=64, description="only this partition's")
-        ] = None,
+        partition: Annotated[str | None, Field(pattern=PARTITION, max_length=64)] = None,
+        limit: LimitArg = 100,
+        after: AfterArg = None,
     ) -> CallToolResult:
-        """The room's documents by name, with their versions (read_document for a value)."""
+        """Document names and versions; next: pass as after for more."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            docs = await r.docs.list(partition)
-            return {"documents": [{"name": d.name, "version": d.version} for d in docs]}
+            page = await r.docs.page(limit, after, partition)
+            docs = [{"name": d.name, "version": d.version} for d in page.documents]
+            return {"documents": docs, "next": page.next_after}
 
         return await self.run(ctx, room, "docs:read", body, "document")

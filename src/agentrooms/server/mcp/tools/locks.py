@@ -15,7 +15,9 @@ from agentrooms.server.mcp.hints import (
     lost_lock,
 )
 from agentrooms.server.mcp.tools.base import (
+    AfterArg,
     Body,
+    LimitArg,
     LockNameArg,
     LockToken,
     RequestId,
@@ -25,23 +27,23 @@ from agentrooms.server.mcp.tools.base import (
     _rounded,
 )
 
+WAITERS_SHOWN = 20  # waiters list_locks names per lock, first first
+
 
 class LockTools(ToolsBase):
+    """Named locks."""
+
     async def acquire_lock(
         self,
         room: RoomArg,
         name: LockNameArg,
         ctx: Context[Any, Any],
-        ttl: Annotated[
-            float, Field(gt=0, le=86_400, description="seconds until it expires by itself")
-        ] = 30.0,
-        wait: Annotated[
-            float, Field(ge=0, le=3600, description="seconds to queue if it is held (capped)")
-        ] = 0.0,
+        ttl: Annotated[float, Field(gt=0, le=86_400, description="seconds")] = 30.0,
+        wait: Annotated[float, Field(ge=0, le=3600, description="seconds to queue")] = 0.0,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Take a named lock (optionally queueing up to wait seconds). Returns its token
-        (for release_lock) and fence."""
+        """Take a named lock, queueing up to wait s if held. Returns token (for
+        extend_lock/release_lock) and fence. lock_held: wait longer or work elsewhere."""
 
         async def body(principal: Principal, r: Room) -> Body:
             lock = await self._acquire(principal, r, name, ttl, wait, request_id)
@@ -78,8 +80,8 @@ class LockTools(ToolsBase):
         token: LockToken,
         ctx: Context[Any, Any],
     ) -> CallToolResult:
-        """Release a lock you hold (it passes to the next queued agent). released=false
-        when your grant had already expired or changed hands."""
+        """Release a lock you hold (the next waiter gets it). released=false: it had
+        expired or changed hands already."""
 
         async def body(principal: Principal, r: Room) -> Body:
             held = await held_grant(r, name, principal.agent, token)
@@ -96,9 +98,9 @@ class LockTools(ToolsBase):
         name: LockNameArg,
         token: LockToken,
         ctx: Context[Any, Any],
-        ttl: Annotated[float, Field(gt=0, le=86_400, description="seconds from now")] = 30.0,
+        ttl: Annotated[float, Field(gt=0, le=86_400, description="seconds")] = 30.0,
     ) -> CallToolResult:
-        """Keep a lock you hold for ttl more seconds (before it expires)."""
+        """Keep a lock you hold ttl s more. stale_fence: acquire_lock again."""
 
         async def body(principal: Principal, r: Room) -> Body:
             held = await held_grant(r, name, principal.agent, token)
@@ -111,14 +113,21 @@ class LockTools(ToolsBase):
 
         return await self.run(ctx, room, "locks:write", body, "lock")
 
-    async def list_locks(self, room: RoomArg, ctx: Context[Any, Any]) -> CallToolResult:
-        """The room's held locks: holder, since (granted_at), fence, expires_at, and the
-        agents waiting in line for each, first first."""
+    async def list_locks(
+        self,
+        room: RoomArg,
+        ctx: Context[Any, Any],
+        limit: LimitArg = 100,
+        after: AfterArg = None,
+    ) -> CallToolResult:
+        """Held locks: holder, since, fence, expires_at, first waiters; next: pass as
+        after for more."""
 
         async def body(principal: Principal, r: Room) -> Body:
             out = []
-            for info in await r.locks.held():
-                line = await r.locks.waiters(info.name)
+            held = await r.locks.held(limit, after)
+            for info in held:
+                line = await r.locks.waiters(info.name, WAITERS_SHOWN)
                 out.append(
                     {
                         "name": info.name,
@@ -129,6 +138,6 @@ class LockTools(ToolsBase):
                         "waiters": [w.owner for w in line] or None,
                     }
                 )
-            return {"locks": out}
+            return {"locks": out, "next": held[-1].name if len(held) == limit else None}
 
         return await self.run(ctx, room, "rooms:read", body, "lock")

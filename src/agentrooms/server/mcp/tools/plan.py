@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
@@ -14,7 +15,7 @@ from agentrooms.errors import (
     LeaseHeld,
     NotFound,
 )
-from agentrooms.rooms import Lease, Room, TaskSpec
+from agentrooms.rooms import Lease, Room, Task, TaskSpec
 from agentrooms.server.auth import Principal
 from agentrooms.server.deps import command_id
 from agentrooms.server.mcp.hints import (
@@ -22,9 +23,12 @@ from agentrooms.server.mcp.hints import (
 )
 from agentrooms.server.mcp.tools.base import (
     TERMINAL,
+    AfterArg,
     Body,
+    Budget,
     FenceArg,
     LeaseTtl,
+    LimitArg,
     RequestId,
     RoomArg,
     TaskIdArg,
@@ -35,51 +39,98 @@ from agentrooms.server.mcp.tools.base import (
 )
 from agentrooms.server.models import NAME_PATTERN
 
+SUMMARY_IDS = 20  # ready ids and own tasks a read_plan summary names
+
 
 class PlanTools(ToolsBase):
+    """The plan and leased tasks."""
+
     async def read_plan(
         self,
         room: RoomArg,
         ctx: Context[Any, Any],
         status: Annotated[
             str | None,
-            Field(
-                pattern="^(pending|ready|claimed|done|failed|cancelled)$",
-                max_length=9,
-                description="only tasks with this status",
-            ),
+            Field(pattern="^(pending|ready|claimed|done|failed|cancelled)$", max_length=9),
         ] = None,
-        details: Annotated[
-            bool, Field(description="also return title, payload, result, error, attempts")
-        ] = False,
+        details: Annotated[bool, Field(description="add title, payload, result, error")] = False,
+        summary: Annotated[
+            bool | None, Field(description="counts, ready ids, yours (default: if > limit)")
+        ] = None,
+        limit: LimitArg = 100,
+        after: AfterArg = None,
     ) -> CallToolResult:
-        """The plan's tasks in id order, compactly: id, status, owner, deps; a claimed
-        task's lease: "held" with the seconds left, or "expired, reclaimable" (claim_task
-        hands it out). Ask for details only when you need payloads or results."""
+        """Tasks in id order: id, status, owner, deps, lease ("held" + seconds left, or
+        "expired, reclaimable"); next: pass as after for more. A plan larger than limit
+        gives a summary unless summary=false."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            out = []
-            for t in await r.plan.tasks(status):
-                item: dict[str, Any] = {"id": t.id, "status": t.status, "owner": t.owner}
-                if t.lease_state is not None:
-                    item["lease"] = t.lease_state
-                    item["lease_remaining"] = _rounded(t.lease_remaining)
-                if t.deps:
-                    item["deps"] = t.deps
-                if details:
-                    item |= {
-                        "title": t.title or None,
-                        "payload": verbatim(t.payload),
-                        "result": verbatim(t.result),
-                        "error": verbatim(t.error),
-                        "attempts": t.attempts or None,
-                        "lease_granted_at": _rounded(t.lease_granted_at),
-                        "lease_renewed_at": _rounded(t.lease_renewed_at),
-                    }
+            page = await r.plan.page(limit, after, status)
+            if summary or (summary is None and after is None and page.next_after is not None):
+                return await self._summary(principal, r)
+            budget = Budget(self.limits.max_result_bytes)
+            out: list[dict[str, Any]] = []
+            next_after = page.next_after
+            for i, t in enumerate(page.tasks):
+                item = self._task_item(t, details, budget, r.name, first=not out)
+                if item is None:
+                    next_after = page.tasks[i - 1].id
+                    break
                 out.append(item)
-            return {"tasks": out}
+            return {"tasks": out, "next": next_after}
 
         return await self.run(ctx, room, "plan:read", body)
+
+    def _task_item(
+        self, t: Task, details: bool, budget: Budget, room: str, *, first: bool
+    ) -> dict[str, Any] | None:
+        """One task of read_plan, or ``None`` when it does not fit in ``budget`` (the page
+        ends before it); the ``first`` of a page always goes, its values cut if need be."""
+        item: dict[str, Any] = {"id": t.id, "status": t.status, "owner": t.owner}
+        if t.lease_state is not None:
+            item["lease"] = t.lease_state
+            item["lease_remaining"] = _rounded(t.lease_remaining)
+        if t.deps:
+            item["deps"] = t.deps
+        if not budget.fits(item) and not first:
+            return None
+        if details:
+            fetch = f"GET /v1/rooms/{room}/tasks/{t.id} (HTTP API)"
+            values = {"payload": t.payload, "result": t.result, "error": t.error}
+            if not first and not budget.fits(values):
+                return None
+            item |= {
+                "title": t.title or None,
+                **{
+                    k: verbatim(v) if not first else budget.value(v, fetch)
+                    for k, v in values.items()
+                },
+                "attempts": t.attempts or None,
+                "lease_granted_at": _rounded(t.lease_granted_at),
+                "lease_renewed_at": _rounded(t.lease_renewed_at),
+            }
+        return item
+
+    async def _summary(self, principal: Principal, r: Room) -> Body:
+        """The plan in a few lines: counts by status, ready ids (the first
+        :data:`SUMMARY_IDS`), the caller's claimed tasks."""
+        tasks = await r.plan.tasks()
+        counts = Counter(t.status for t in tasks)
+        ready = [t.id for t in tasks if t.status == "ready"]
+        yours = [
+            {"id": t.id, "lease_remaining": _rounded(t.lease_remaining)}
+            for t in tasks
+            if t.status == "claimed" and t.owner == principal.agent
+        ]
+        return {
+            "summary": True,
+            "total": len(tasks),
+            "counts": dict(sorted(counts.items())),
+            "ready": ready[:SUMMARY_IDS],
+            "ready_more": len(ready) > SUMMARY_IDS or None,
+            "yours": yours[:SUMMARY_IDS],
+            "hint": "claim_task takes the next ready task; summary=false pages through tasks",
+        }
 
     async def add_tasks(
         self,
@@ -88,8 +139,8 @@ class PlanTools(ToolsBase):
         ctx: Context[Any, Any],
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Add tasks to the plan, all or none. A task becomes ready when every task in its
-        deps is done. Returns the ids that are ready at once."""
+        """Add tasks, all or none; a task is ready once its deps are done. Returns the ids
+        ready at once. bad_request names the task at fault: fix it, call again."""
 
         async def body(principal: Principal, r: Room) -> Body:
             if len(tasks) > self.limits.max_batch:
@@ -112,17 +163,16 @@ class PlanTools(ToolsBase):
             Field(
                 pattern=NAME_PATTERN,
                 max_length=128,
-                description="claim this task; omit to get the next ready one",
+                description="omit for the next ready one",
             ),
         ] = None,
         ttl: LeaseTtl = 60.0,
         wait: WaitArg = 0.0,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Claim the next ready task (or the one named) under a lease, waiting up to wait
-        seconds for one. Returns the task, your fence (for renew_lease / complete_task /
-        fail_task) and when the lease expires. claimed=false: finished=true means every
-        task is done, failed or cancelled (stop); else nothing is ready yet."""
+        """Lease the next ready task (or task_id), waiting up to wait s. Returns task,
+        fence (for renew_lease/complete_task/fail_task), expires_at. claimed=false:
+        finished=true: stop; else call again with wait. lease_held: take another."""
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
@@ -206,7 +256,8 @@ class PlanTools(ToolsBase):
         ttl: LeaseTtl = 60.0,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Extend your lease on a task to ttl seconds from now."""
+        """Extend your lease to ttl s from now, before it expires. stale_fence: another
+        agent has it now; drop the work and claim_task again."""
 
         async def body(principal: Principal, r: Room) -> Body:
             lease = self._lease(principal, r, task_id, fence, ttl)
@@ -221,10 +272,10 @@ class PlanTools(ToolsBase):
         task_id: TaskIdArg,
         fence: FenceArg,
         ctx: Context[Any, Any],
-        result: Annotated[JsonValue, Field(description="the task's result (JSON)")] = None,
+        result: Annotated[JsonValue, Field(description="JSON")] = None,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Record the result of a task you hold; tasks waiting on it may become ready."""
+        """Finish a task you hold with its result. stale_fence: drop it, claim again."""
 
         async def body(principal: Principal, r: Room) -> Body:
             lease = self._lease(principal, r, task_id, fence, 60.0)
@@ -240,10 +291,11 @@ class PlanTools(ToolsBase):
         task_id: TaskIdArg,
         fence: FenceArg,
         ctx: Context[Any, Any],
-        error: Annotated[JsonValue, Field(description="what went wrong (JSON)")] = None,
+        error: Annotated[JsonValue, Field(description="JSON")] = None,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Give a task you hold back: it is ready again while attempts remain, else failed."""
+        """Give back a task you hold with what went wrong: ready again while attempts
+        remain, else failed."""
 
         async def body(principal: Principal, r: Room) -> Body:
             lease = self._lease(principal, r, task_id, fence, 60.0)
@@ -262,10 +314,10 @@ class PlanTools(ToolsBase):
         room: RoomArg,
         task_id: TaskIdArg,
         ctx: Context[Any, Any],
-        reason: Annotated[JsonValue, Field(description="why (JSON)")] = None,
+        reason: Annotated[JsonValue, Field(description="JSON")] = None,
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Cancel a task that is not finished; tasks waiting on it will not become ready."""
+        """Cancel an unfinished task; tasks that depend on it never become ready."""
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
