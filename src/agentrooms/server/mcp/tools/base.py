@@ -139,14 +139,14 @@ class Budget:
 OffsetArg = Annotated[int, Field(ge=0, le=MAX_INT, description="next_offset of the last part")]
 
 
-def part_of(value: Any, offset: int, limit: int) -> dict[str, Any]:
-    """``{value}`` when ``value`` fits in ``limit`` bytes (and ``offset`` is 0), else
+def part_of(value: Any, offset: int, limit: int, key: str = "value") -> dict[str, Any]:
+    """``{key: value}`` when ``value`` fits in ``limit`` bytes (and ``offset`` is 0), else
     one part of its compact JSON text from character ``offset``: ``{json, offset,
     next_offset, total_chars, truncated}`` (``next_offset`` absent at the end); joined
     in order, the parts are that JSON text."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     if offset == 0 and json_size(text) <= limit:
-        return {"value": Verbatim(value)}
+        return {key: Verbatim(value)}
     if offset > len(text):
         raise BadRequest(f"offset {offset} is past the end ({len(text)} characters)")
     n = max(1, limit // 2)

@@ -120,6 +120,6 @@ class EventTools(ToolsBase):
                 raise NotFound(f"no event {seq} in room {r.name!r} (expired or not yet)")
             e = found[0]
             head = {"seq": e.seq, "type": e.type, "author": e.author}
-            return head | part_of(e.data, offset, self.limits.max_result_bytes - 512)
+            return head | part_of(e.data, offset, self.limits.max_result_bytes - 512, "data")
 
         return await self.run(ctx, room, "events:read", body, "events")
