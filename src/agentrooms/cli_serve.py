@@ -65,6 +65,7 @@ LIMIT_HELP: dict[str, str] = {
     "max_string_bytes": "One JSON string or key, bytes (400 past it)",
     "max_items": "Items of one JSON array or members of one object (400 past it)",
     "max_batch": "Tasks added in one request (400 past it)",
+    "max_result_bytes": "Bytes of one MCP tool result: lists shorten, large values come in parts",
     "rate": "Requests per second per agent, refilled continuously (429 past the burst)",
     "burst": "Requests an idle agent may send at once",
     "max_stream_seconds": "Seconds an event stream lasts before it ends (clients resume)",
