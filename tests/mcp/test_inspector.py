@@ -21,6 +21,7 @@ from tests.mcp.support import http_server
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 TIMEOUT = 300.0  # the first run downloads the package
+NETWORK_ERRORS = (b"ENOTFOUND", b"EAI_AGAIN", b"ECONNREFUSED", b"ETIMEDOUT", b"ENETUNREACH")
 
 
 async def inspector(*args: str) -> Any:
@@ -41,7 +42,7 @@ async def inspector(*args: str) -> Any:
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     text = out.decode()
     if proc.returncode != 0 and "{" not in text:
-        if b"ENOTFOUND" in err or b"EAI_AGAIN" in err or b"ECONNREFUSED" in err:
+        if any(code in err for code in NETWORK_ERRORS):
             unavailable("the npm registry")
         raise AssertionError(f"inspector failed ({proc.returncode}): {err.decode()[-2000:]}")
     return json.loads(text[text.index("{") :])

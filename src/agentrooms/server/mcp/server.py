@@ -89,6 +89,7 @@ PROFILES: dict[str, frozenset[str] | None] = {
     "worker": frozenset(
         {
             "join_room",
+            "heartbeat",
             "claim_task",
             "renew_lease",
             "complete_task",

@@ -69,7 +69,7 @@ DocNameArg = Annotated[
 LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 LockToken = Annotated[str, Field(min_length=1, max_length=128, description="from acquire_lock")]
 LimitArg = Annotated[int, Field(ge=1, le=1000)]
-AfterArg = Annotated[str | None, Field(max_length=200, description="a next")]
+AfterArg = Annotated[str | None, Field(max_length=200, description="last page's next")]
 MAX_WAIT = 30.0  # the longest a claim_task or read_new_events call waits
 WAKE_SLACK = 0.05  # seconds past a lease's end before a waiting claim looks again
 WaitArg = Annotated[
