@@ -5,11 +5,14 @@ chosen profile let it call (in-process, over HTTP with minted tokens, over stdio
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
 
@@ -136,3 +139,23 @@ async def test_stdio_takes_a_profile(sqlite_backend: Backend) -> None:
     async with stdio_session(sqlite_backend.url, "w", "--profile", "worker") as client:
         names: Any = {t.name for t in (await client.list_tools()).tools}
     assert names == PROFILES["worker"]
+
+
+async def test_the_cli_takes_a_profile(sqlite_backend: Backend) -> None:
+    """`agentrooms mcp --profile worker` serves the worker's tools; an unknown profile
+    is refused before anything is served."""
+    cli = [sys.executable, "-m", "agentrooms", "mcp", "--agent", "w", "--url", sqlite_backend.url]
+    params = StdioServerParameters(command=cli[0], args=[*cli[1:], "--profile", "worker"])
+    async with Client(stdio_client(params)) as client:
+        names = frozenset(t.name for t in (await client.list_tools()).tools)
+    assert names == PROFILES["worker"]
+    proc = await asyncio.create_subprocess_exec(
+        *cli,
+        "--profile",
+        "nope",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode != 0 and b"unknown MCP profile" in stderr, stderr
