@@ -65,6 +65,7 @@ LIMIT_HELP: dict[str, str] = {
     "max_string_bytes": "One JSON string or key, bytes (400 past it)",
     "max_items": "Items of one JSON array or members of one object (400 past it)",
     "max_batch": "Tasks added in one request (400 past it)",
+    "max_result_bytes": "Bytes of one MCP tool result: lists shorten, large values come in parts",
     "rate": "Requests per second per agent, refilled continuously (429 past the burst)",
     "burst": "Requests an idle agent may send at once",
     "max_stream_seconds": "Seconds an event stream lasts before it ends (clients resume)",
@@ -179,6 +180,9 @@ def mcp(
     rooms: Annotated[
         str | None, typer.Option(help="Comma-separated rooms the agent may enter (default all)")
     ] = None,
+    profile: Annotated[
+        str, typer.Option(help="Tool set: full (default) or worker (the claim-work loop only)")
+    ] = "full",
 ) -> None:
     """Serve the MCP server on stdin/stdout for one agent (for a local agent runtime).
 
@@ -194,7 +198,7 @@ def mcp(
         soft_wrap=True,
     )
     try:
-        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","))
+        run_stdio(url, agent, rooms=None if rooms is None else rooms.split(","), profile=profile)
     except AgentroomsError as exc:
         raise typer.Exit(_report(exc, url)) from exc
 

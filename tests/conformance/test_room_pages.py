@@ -115,3 +115,23 @@ async def test_presence_and_plan_by_page(store: Store, room: str) -> None:
         await r.plan.page(0)
     with pytest.raises(NotFound):
         await Rooms(store).room(room + "-x").presence.page()
+
+
+async def test_documents_and_held_locks_by_page(store: Store, room: str) -> None:
+    r = await Rooms(store).create(room)
+    for name in ("b", "qa/x", "a", "qa/y", "c"):
+        await r.docs.put(name, 1)
+    first = await r.docs.page(2)
+    assert ([d.name for d in first.documents], first.next_after) == (["a", "b"], "b")
+    rest = await r.docs.page(10, first.next_after)
+    assert [d.name for d in rest.documents] == ["c", "qa/x", "qa/y"] and rest.next_after is None
+    qa = await r.docs.page(1, partition="qa")
+    assert ([d.name for d in qa.documents], qa.next_after) == (["qa/x"], "qa/x")
+    qa = await r.docs.page(1, "qa/x", partition="qa")
+    assert ([d.name for d in qa.documents], qa.next_after) == (["qa/y"], None)
+    with pytest.raises(BadRequest):
+        await r.docs.page(1, "b", partition="qa")
+    for name in ("l2", "l1", "l3"):
+        await r.locks.try_acquire(name, "holder", ttl=600)
+    assert [i.name for i in await r.locks.held(2)] == ["l1", "l2"]
+    assert [i.name for i in await r.locks.held(2, "l2")] == ["l3"]

@@ -106,6 +106,7 @@ async def test_a_blackhole_holds_an_open_connections_bytes_and_delivers_them_in_
             received.extend(data)
             writer.write(data)
             await writer.drain()
+        writer.close()
 
     server = await asyncio.start_server(echo, "127.0.0.1", 0)
     proxy = TcpProxy(("127.0.0.1", server.sockets[0].getsockname()[1]))

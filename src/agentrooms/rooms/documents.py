@@ -51,6 +51,15 @@ class Document:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    """Documents by name; ``next_after`` is the ``after`` of the next page, ``None``
+    when no document follows."""
+
+    documents: list[Document]
+    next_after: str | None
+
+
 class Documents:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
@@ -74,6 +83,20 @@ class Documents:
             if page.next_after is None:
                 return out
             after = page.next_after
+
+    async def page(
+        self, limit: int = 100, after: str | None = None, partition: str | None = None
+    ) -> DocumentPage:
+        """Up to ``limit`` documents by name after the name ``after`` (optionally one
+        partition's; one scan of the room). ``NotFound`` if the room does not exist,
+        ``BadRequest`` for a bad ``limit``."""
+        scoped = "" if partition is None else f"{partition}/"
+        if after is not None and not after.startswith(scoped):
+            raise BadRequest(f"after {after!r} is not a document of partition {partition!r}")
+        rel = None if after is None else after[len(scoped) :]
+        records, _, next_after = await self._scope.page(keys.doc(scoped), limit, rel)
+        docs = [Document(r.key[len("doc/") :], r.value, r.version) for r in records]
+        return DocumentPage(docs, None if next_after is None else scoped + next_after)
 
     async def put(
         self,

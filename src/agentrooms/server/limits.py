@@ -41,6 +41,7 @@ class HttpLimits:
     max_string_bytes: int = 256 * 1024
     max_items: int = 10_000  # items of one JSON array or members of one object
     max_batch: int = 1000  # tasks added in one request
+    max_result_bytes: int = 64 * 1024  # JSON of one MCP tool result: lists shorten, values cut
     rate: float | None = 50.0  # requests per second per agent, refilled continuously
     burst: int = 100  # bucket size: requests an idle agent may send at once
     max_stream_seconds: float = 300.0  # an event stream ends after this; clients resume
@@ -62,6 +63,7 @@ class HttpLimits:
             "max_items",
             "max_header_bytes",
             "max_streams_per_agent",
+            "max_result_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

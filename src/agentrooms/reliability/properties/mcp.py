@@ -21,7 +21,7 @@ way only, and its consumers are checked for the auto-ack property (see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from agentrooms.reliability.outcomes import refusal
 from agentrooms.reliability.properties.http import Delivered, TaskState
@@ -85,10 +85,18 @@ class McpPlan(McpSession):
             raise refusal(error, lease.task_id, lease.fence) or RuntimeError(str(error))
 
     async def tasks(self) -> list[TaskState]:
-        body = await self._call("read_plan", room=self.room)
-        if "error" in body:
-            raise RuntimeError(f"read_plan: {body}")
-        return [TaskState(t["id"], t["status"]) for t in body["tasks"]]
+        """Every task, page after page (``summary=false``: never the summary)."""
+        out: list[TaskState] = []
+        after: str | None = None
+        while True:
+            extra: dict[str, Any] = {} if after is None else {"after": after}
+            body = await self._call("read_plan", room=self.room, summary=False, limit=1000, **extra)
+            if "error" in body:
+                raise RuntimeError(f"read_plan: {body}")
+            out += [TaskState(t["id"], t["status"]) for t in body["tasks"]]
+            after = body.get("next")
+            if after is None:
+                return out
 
 
 class McpEvents(McpSession):

@@ -346,12 +346,13 @@ class LockCore:
         record = (await self._scope.read([keys.lock(name)])).get(keys.lock(name))
         return None if record is None else _info(name, record)
 
-    async def held(self, limit: int = 1000) -> list[LockInfo]:
-        """The room's held locks by name, at most ``limit`` (one scan, one snapshot; an
-        expired grant holds nothing and is not listed)."""
+    async def held(self, limit: int = 1000, after: str | None = None) -> list[LockInfo]:
+        """The room's held locks by name after the name ``after``, at most ``limit`` (one
+        scan, one snapshot; an expired grant holds nothing and is not listed)."""
         await self._scope.read([])
         prefix = keys.lock("")
-        page = await self._scope.store.scan(self._scope.room, prefix, None, limit)
+        cursor = None if after is None else prefix + after
+        page = await self._scope.store.scan(self._scope.room, prefix, cursor, limit)
         return [_info(r.key[len(prefix) :], r) for r in page.records]
 
 

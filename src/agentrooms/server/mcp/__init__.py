@@ -14,10 +14,11 @@ it on stdin/stdout; :class:`McpHttp` is the ASGI app for streamable HTTP, which
 :func:`create_mcp_app` is the standalone app and :func:`serve_mcp_http` runs that with
 uvicorn.
 
-Tools (each takes ``room``; state-changing ones an optional ``request_id``):
-``join_room``, ``heartbeat``, ``who_is_online``, ``read_plan``, ``add_tasks``,
-``claim_task``, ``renew_lease``, ``complete_task``, ``fail_task``, ``read_new_events``,
-``post_event``, ``read_document``, ``write_document``, ``acquire_lock``, ``release_lock``.
+Tools (each but ``list_rooms`` takes ``room``; state-changing ones an optional
+``request_id``), in modules by area under :mod:`.tools`, listed in the table of
+:mod:`.server`: ``tools/list`` shows a caller those of its profile (``full``, ``worker``)
+that its token's scopes allow. Lists take ``limit``/``after`` and answer ``next``; a
+result stays within ``HttpLimits.max_result_bytes`` (a large value comes in parts).
 Arguments are strict, with the same size limits on every transport (:mod:`.arguments`).
 Errors are tool errors whose text starts with the error type and says what to do next
 (:mod:`.hints`); push is a ``subscriptions/listen`` stream on ``room://{room}/events``

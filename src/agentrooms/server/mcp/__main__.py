@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from agentrooms.errors import AgentroomsError
 from agentrooms.server.auth import AuthConfig
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.http import serve_mcp_http
@@ -19,6 +20,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     stdio.add_argument("--store", required=True, help="store URL, e.g. sqlite:///team.db")
     stdio.add_argument("--agent", required=True, help="the agent every call acts as")
     stdio.add_argument("--rooms", help="comma-separated rooms it may enter (default: all)")
+    stdio.add_argument("--profile", default="full", help="tool set: full or worker")
     http = sub.add_parser("http", help="serve streamable HTTP (stateless, bearer tokens)")
     http.add_argument("--store", required=True, help="store URL")
     http.add_argument("--host", default="127.0.0.1")
@@ -28,6 +30,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     http.add_argument("--json-response", action="store_true", help="JSON, not SSE (no push)")
     http.add_argument("--rate", type=float, default=50.0, help="calls/s per agent (0: off)")
     http.add_argument("--log-level", default="warning")
+    http.add_argument("--profile", default="full", help="default tool set (?profile= overrides)")
     return parser.parse_args(argv)
 
 
@@ -35,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.transport == "stdio":
         rooms = None if args.rooms is None else [r for r in args.rooms.split(",") if r]
-        run_stdio(args.store, args.agent, rooms=rooms)
+        run_stdio(args.store, args.agent, rooms=rooms, profile=args.profile)
         return 0
     limits = HttpLimits(rate=args.rate or None)
     try:
@@ -48,8 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             path=args.path,
             json_response=args.json_response,
             log_level=args.log_level,
+            profile=args.profile,
         )
-    except ValueError as exc:
+    except (ValueError, AgentroomsError) as exc:
         print(exc, file=sys.stderr)
         return 2
     return 0

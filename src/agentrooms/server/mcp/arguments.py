@@ -20,8 +20,13 @@ answer the same call alike (:func:`check_call`); the numbers come from the serve
 
 Each schema states its limits: ``maxLength``, ``maximum``/``minimum`` and ``maxItems``
 on the typed arguments, and for a free JSON value (which a schema cannot bound) its
-description (:func:`publish_limits`). Schemas carry no ``title`` and descriptions no
-docstring indentation: the tool list is read into every model's context.
+description (:func:`publish_limits`). The tool list is read into every model's context,
+so it is published compactly (:func:`compact`): no ``title``, no docstring indentation,
+an optional argument as its own type (not ``anyOf`` with ``null``, no ``default: null``:
+omit it), a free JSON value as a description without the ``$ref`` to an empty schema,
+a name's or request id's ``pattern`` left out (its ``maxLength`` stays; the server
+still applies the pattern, and a name that breaks it is refused naming the rule), and
+the ``maximum`` of a sequence number, version or fence (the largest JSON safe integer).
 """
 
 from __future__ import annotations
@@ -38,17 +43,22 @@ from pydantic import ConfigDict
 from agentrooms.errors import BadRequest
 from agentrooms.server.limits import HttpLimits, _check_shape
 from agentrooms.server.mcp.hints import Hint
+from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN, PARTITION
+
+REQUEST_ID_PATTERN = r"^[!-~]{1,64}$"
 
 __all__ = [
     "body_too_large",
     "call_limit",
     "check_call",
+    "compact",
     "publish_limits",
     "strict_tool",
     "untitled",
 ]
 
 _JSON_VALUE = "#/$defs/JsonValue"
+_UNPUBLISHED = frozenset({NAME_PATTERN, DOC_PATTERN, PARTITION, REQUEST_ID_PATTERN})
 
 
 class _StrictArguments(FuncMetadata):
@@ -66,7 +76,7 @@ def strict_tool(fn: Callable[..., Any], annotations: ToolAnnotations, limits: Ht
     config = ConfigDict(extra="forbid", strict=True)
     namespace = {"model_config": config, "__module__": lax.__module__}
     strict = cast(type[ArgModelBase], type(lax.__name__, (lax,), namespace))
-    schema = untitled(publish_limits(strict.model_json_schema(by_alias=True), limits))
+    schema = compact(untitled(publish_limits(strict.model_json_schema(by_alias=True), limits)))
     description = " ".join((tool.description or "").split())
     return tool.model_copy(
         update={
@@ -90,6 +100,43 @@ def untitled(node: Any) -> Any:
     return node
 
 
+def compact(node: Any) -> Any:
+    """``node`` as published: an optional ``X`` (``anyOf [X, null]``) as ``X``, without
+    ``default: null``, and a free JSON value without its ``$ref`` (an empty schema
+    accepts any value; its description says what it is). What the server accepts is
+    unchanged: validation uses the argument model, not the published schema."""
+    if isinstance(node, list):
+        return [compact(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    options = out.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        del out["anyOf"]
+        out = {**next(o for o in options if o != {"type": "null"}), **out}
+    if "default" in out and out["default"] is None:
+        del out["default"]
+    if out.get("$ref") == _JSON_VALUE:
+        del out["$ref"]
+    if out.get("pattern") in _UNPUBLISHED:
+        del out["pattern"]
+    if out.get("type") == "integer" and out.get("maximum") == MAX_INT:
+        del out["maximum"]  # the JSON safe integer: any counter a model sees fits
+    defs = out.get("$defs")
+    if isinstance(defs, dict) and "JsonValue" in defs:
+        # a model's docstring says nothing the argument's own description does not
+        defs = {
+            k: {n: d for n, d in v.items() if n != "description"}
+            for k, v in defs.items()
+            if k != "JsonValue"
+        }
+        if defs:
+            out["$defs"] = defs
+        else:
+            del out["$defs"]
+    return {k: compact(v) if k != "default" else v for k, v in out.items()}
+
+
 def call_limit(limits: HttpLimits) -> int:
     """Bytes of compact JSON the arguments of one call may take."""
     return limits.max_body_bytes - limits.max_body_bytes // 16
@@ -98,15 +145,17 @@ def call_limit(limits: HttpLimits) -> int:
 def publish_limits(schema: dict[str, Any], limits: HttpLimits) -> dict[str, Any]:
     """``schema`` with the size limits added to the description of each free JSON value."""
     note = (
-        f"JSON; the whole call at most {call_limit(limits)} bytes, each string in it at most "
-        f"{limits.max_string_bytes} bytes, nested at most {limits.max_json_depth} deep"
+        f"call <= {call_limit(limits)} B, strings <= {limits.max_string_bytes} B, "
+        f"depth <= {limits.max_json_depth}"
     )
 
     def visit(node: Any) -> None:
         if isinstance(node, dict):
             if node.get("$ref") == _JSON_VALUE:
-                what = str(node.get("description", "a JSON value")).removesuffix(" (JSON)")
-                node["description"] = f"{what} ({note})"
+                what = str(node.get("description", "JSON")).removesuffix(" (JSON)")
+                node["description"] = (
+                    f"{what}; {note}" if what == "JSON" else f"{what} (JSON; {note})"
+                )
             for value in node.values():
                 visit(value)
         elif isinstance(node, list):

@@ -62,7 +62,7 @@ from agentrooms.server.envelope import error_response
 from agentrooms.server.gate import PRINCIPAL
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import body_too_large
-from agentrooms.server.mcp.server import AgentroomsMCP, build_mcp
+from agentrooms.server.mcp.server import AgentroomsMCP, build_mcp, check_profile
 from agentrooms.server.observe import Observe
 from agentrooms.store import Limits, open_store
 from agentrooms.store.base import Store
@@ -92,11 +92,14 @@ class McpHttp:
         json_response: bool = False,
         host: str = "127.0.0.1",
         transport_security: TransportSecuritySettings | None = None,
+        profile: str = "full",
     ) -> None:
         self.store = store
         self.auth = auth
         self.limits = limits or HttpLimits()
-        self.server: AgentroomsMCP = build_mcp(store, agent=None, auth=auth, limits=self.limits)
+        self.server: AgentroomsMCP = build_mcp(
+            store, agent=None, auth=auth, limits=self.limits, profile=profile
+        )
         self._inner = self.server.streamable_http_app(
             streamable_http_path="/",
             stateless_http=True,
@@ -265,8 +268,10 @@ def create_mcp_app(
     json_response: bool = False,
     host: str = "127.0.0.1",
     allowed_hosts: Sequence[str] | None = None,
+    profile: str = "full",
 ) -> Starlette:
-    """A standalone app serving MCP at ``path`` (with its own lifespan)."""
+    """A standalone app serving MCP at ``path`` (with its own lifespan); ``profile`` is
+    the tool set of a request that does not ask for one (``?profile=``)."""
     security = None
     if allowed_hosts is not None:
         security = TransportSecuritySettings(
@@ -279,6 +284,7 @@ def create_mcp_app(
         json_response=json_response,
         host=host,
         transport_security=security,
+        profile=profile,
     )
     routes = [Route(path, endpoint=mcp_http)]
     return Starlette(routes=routes, lifespan=lambda _: mcp_http.lifespan())
@@ -295,12 +301,25 @@ def serve_mcp_http(
     json_response: bool = False,
     store_limits: Limits | None = None,
     log_level: str = "warning",
+    profile: str = "full",
 ) -> None:
     """Open the store and serve MCP at ``http://host:port{path}`` until interrupted."""
     config = auth if auth is not None else AuthConfig()
     check_bind(host, config)
+    check_profile(profile)
     asyncio.run(
-        _serve(store_url, host, port, config, limits, path, json_response, store_limits, log_level)
+        _serve(
+            store_url,
+            host,
+            port,
+            config,
+            limits,
+            path,
+            json_response,
+            store_limits,
+            log_level,
+            profile,
+        )
     )
 
 
@@ -314,6 +333,7 @@ async def _serve(
     json_response: bool,
     store_limits: Limits | None,
     log_level: str,
+    profile: str,
 ) -> None:
     import uvicorn
 
@@ -326,6 +346,7 @@ async def _serve(
             path=path,
             json_response=json_response,
             host=host.strip("[]"),
+            profile=profile,
         )
         config = uvicorn.Config(
             app,

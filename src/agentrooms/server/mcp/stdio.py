@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from agentrooms.server.mcp.server import build_mcp
+from agentrooms.server.mcp.server import build_mcp, check_profile
 from agentrooms.store import Limits, open_store
 
 __all__ = ["run_stdio", "run_stdio_async"]
@@ -16,11 +16,14 @@ async def run_stdio_async(
     *,
     rooms: list[str] | None = None,
     store_limits: Limits | None = None,
+    profile: str = "full",
 ) -> None:
-    """Open the store, serve MCP on stdio as ``agent`` until stdin closes, close it."""
+    """Open the store, serve MCP on stdio as ``agent`` until stdin closes, close it.
+    ``profile``: the tool set offered (``BadRequest`` for an unknown one)."""
+    check_profile(profile)
     store = await open_store(store_url, limits=store_limits)
     try:
-        await build_mcp(store, agent=agent, rooms=rooms).run_stdio_async()
+        await build_mcp(store, agent=agent, rooms=rooms, profile=profile).run_stdio_async()
     finally:
         await store.close()
 
@@ -31,10 +34,13 @@ def run_stdio(
     *,
     rooms: list[str] | None = None,
     store_limits: Limits | None = None,
+    profile: str = "full",
 ) -> None:
     """:func:`run_stdio_async` in a fresh event loop (blocks until stdin closes)."""
 
     async def main() -> None:
-        await run_stdio_async(store_url, agent, rooms=rooms, store_limits=store_limits)
+        await run_stdio_async(
+            store_url, agent, rooms=rooms, store_limits=store_limits, profile=profile
+        )
 
     anyio.run(main)
