@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,16 +173,29 @@ def test_mcp_on_stdio_needs_no_web_framework(tmp_path: Path) -> None:
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]
-    ran = subprocess.run(
+    # stdin stays open until both answers are read: at end of input the server may stop
+    # before it answers what it has read
+    child = subprocess.Popen(
         [sys.executable, "-c", code],
-        input="".join(json.dumps(r) + "\n" for r in requests),
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
-    assert ran.returncode == 0, ran.stderr
-    answers = {a["id"]: a for a in map(json.loads, ran.stdout.splitlines()) if "id" in a}
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        child.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+        child.stdin.flush()
+        answers: dict[int, Any] = {}
+        while 2 not in answers:
+            line = child.stdout.readline()
+            assert line, "the server ended without answering"
+            answer = json.loads(line)
+            if "id" in answer:
+                answers[answer["id"]] = answer
+    finally:
+        child.communicate(timeout=60)  # closes stdin, reads the rest, closes the pipes
+    assert child.returncode == 0
     assert answers[1]["result"]["serverInfo"]["name"], answers
     names = {tool["name"] for tool in answers[2]["result"]["tools"]}
     assert {"claim_task", "read_new_events", "write_document"} <= names
