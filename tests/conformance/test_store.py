@@ -459,7 +459,8 @@ async def test_bad_event_addressees_are_refused_before_anything_is_written(
     store: Store, room: str, to: object, roles: object
 ) -> None:
     with pytest.raises(BadRequest, match="address"):
-        await store.transact(room, writes=[Put("k", 1)], appends=[Append("e", to=to, to_roles=roles)])  # type: ignore[arg-type]
+        bad = Append("e", to=to, to_roles=roles)  # type: ignore[arg-type]
+        await store.transact(room, writes=[Put("k", 1)], appends=[bad])
     assert (await store.read(room, ["k"])).get("k") is None
     assert await store.last_seq(room) == 0
 
