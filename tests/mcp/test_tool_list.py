@@ -11,7 +11,9 @@ from agentrooms.server.mcp import build_mcp
 from agentrooms.store import Store
 
 # #26 item 6 aims at 4,000 with scope filtering and profiles; this is the ceiling until then
-TOKEN_BUDGET = 4_500
+# (raised from 4,500 by item 1's four parameters: post_event to/to_roles, inbox on
+# read_new_events and ack_events)
+TOKEN_BUDGET = 4_600
 
 
 async def test_the_tool_list_fits_its_token_budget(store: Store) -> None:

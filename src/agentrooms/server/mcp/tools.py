@@ -129,7 +129,13 @@ def _rounded(value: float | None) -> float | None:
 
 def _event(event: Event) -> dict[str, Any]:
     out = {"seq": event.seq, "type": event.type, "data": verbatim(event.data)}
-    return out if event.author is None else {**out, "author": event.author}
+    if event.author is not None:
+        out["author"] = event.author
+    if event.to:
+        out["to"] = list(event.to)
+    if event.to_roles:
+        out["to_roles"] = list(event.to_roles)
+    return out
 
 
 class RoomTools:
@@ -574,6 +580,9 @@ class RoomTools:
             bool,
             Field(description="move your cursor to the newest event without reading (resync)"),
         ] = False,
+        inbox: Annotated[
+            bool, Field(description="only those addressed to you or your role")
+        ] = False,
     ) -> CallToolResult:
         """Events you have not seen yet, oldest first, as {seq, type, data, author}, waiting
         up to wait seconds for one; your cursor moves past them (explicit: only on
@@ -582,21 +591,29 @@ class RoomTools:
         async def body(principal: Principal, r: Room) -> Body:
             agent = principal.agent
             if skip_to_latest:
-                return {"events": [], "cursor": await r.events.resync(agent)}
+                return {"events": [], "cursor": await r.events.resync(agent, inbox=inbox)}
 
             ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
+            roles = [] if principal.role is None else [principal.role]
+            more = False
 
-            async def once() -> tuple[list[Event] | None, None]:
-                return (await r.events.read_new(agent, limit, ack=ack) or None), None
+            async def once() -> tuple[list[Event] | None, float | None]:
+                nonlocal more
+                if not inbox:
+                    return (await r.events.read_new(agent, limit, ack=ack) or None), None
+                page = await r.events.read_inbox(agent, roles, limit, ack=ack)
+                more = page.more
+                return (page.events or None), (0.0 if page.more else None)
 
             events = await self._until(r, wait, once)
-            if not events or explicit:
-                cursor = await r.events.cursor(agent)
+            if not events or explicit or inbox:
+                cursor = await r.events.cursor(agent, inbox=inbox)
                 if not events:
-                    return {"events": [], "cursor": cursor}
+                    return {"events": [], "cursor": cursor, "more": more or None}
             else:
                 cursor = events[-1].seq
-            more = len(events) == limit and await r.store.last_seq(r.name) > events[-1].seq
+            if not inbox:
+                more = len(events) == limit and await r.store.last_seq(r.name) > events[-1].seq
             return {"events": [_event(e) for e in events], "cursor": cursor, "more": more or None}
 
         return await self.run(ctx, room, "events:read", body, "events")
@@ -606,12 +623,13 @@ class RoomTools:
         room: RoomArg,
         seq: Annotated[int, Field(ge=0, le=MAX_INT, description="the last event you handled")],
         ctx: Context[Any, Any],
+        inbox: Annotated[bool, Field(description="of inbox reads")] = False,
     ) -> CallToolResult:
         """Move your cursor forward to seq (never back): the events up to it are handled.
         For read_new_events with explicit=true."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            return {"cursor": await r.events.ack(principal.agent, seq)}
+            return {"cursor": await r.events.ack(principal.agent, seq, inbox=inbox)}
 
         return await self.run(ctx, room, "events:read", body, "events")
 
@@ -624,13 +642,17 @@ class RoomTools:
         ],
         ctx: Context[Any, Any],
         data: Annotated[JsonValue, Field(description="the event's data (JSON)")] = None,
+        to: Annotated[list[str], Field(description="inbox of these agents")] = [],  # noqa: B006
+        to_roles: Annotated[list[str], Field(description="and of these roles")] = [],  # noqa: B006
         request_id: RequestId = None,
     ) -> CallToolResult:
         """Append an event to the room's log for every agent to read; you are its author."""
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
-            seq = await r.events.post(type, data, command_id=cmd, author=principal.agent)
+            seq = await r.events.post(
+                type, data, command_id=cmd, author=principal.agent, to=to, to_roles=to_roles
+            )
             return {"seq": seq}
 
         return await self.run(ctx, room, "events:write", body)
