@@ -88,6 +88,7 @@ DocNameArg = Annotated[
     str,
     Field(pattern=DOC_PATTERN, max_length=193, description="document name, [partition/]name"),
 ]
+Addressee = Annotated[str, Field(max_length=128)]  # a name: the library checks it
 LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128, description="lock name")]
 LockToken = Annotated[
     str, Field(min_length=1, max_length=128, description="the token acquire_lock gave")
@@ -642,8 +643,12 @@ class RoomTools:
         ],
         ctx: Context[Any, Any],
         data: Annotated[JsonValue, Field(description="the event's data (JSON)")] = None,
-        to: Annotated[list[str], Field(description="inbox of these agents")] = [],  # noqa: B006
-        to_roles: Annotated[list[str], Field(description="and of these roles")] = [],  # noqa: B006
+        to: Annotated[
+            list[Addressee], Field(max_length=100, description="inbox of these agents")
+        ] = [],  # noqa: B006
+        to_roles: Annotated[
+            list[Addressee], Field(max_length=100, description="and of these roles")
+        ] = [],  # noqa: B006
         request_id: RequestId = None,
     ) -> CallToolResult:
         """Append an event to the room's log for every agent to read; you are its author."""
