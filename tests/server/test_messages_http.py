@@ -85,3 +85,17 @@ async def test_bad_addressees_are_400_and_the_schema_names_the_fields(
         assert {"scanned", "more"} <= set(schemas["EventList"]["properties"])
         params = spec["paths"]["/v1/rooms/{room}/events/read-new"]["post"]["parameters"]
         assert "inbox" in {p["name"] for p in params}
+
+
+async def test_room_created_and_archived_over_http_name_the_tokens_agent(
+    store: Store, room: str
+) -> None:
+    ann = bearer(await token(store, "ann"))
+    async with client(make_app(store)) as c:
+        assert (await c.post("/v1/rooms", json={"name": room}, headers=ann)).status_code == 201
+        assert (await c.post(f"/v1/rooms/{room}/archive", headers=ann)).status_code == 200
+        listed = (await c.get(f"/v1/rooms/{room}/events", headers=ann)).json()["events"]
+        assert [(e["type"], e["author"]) for e in listed] == [
+            ("room.created", "ann"),
+            ("room.archived", "ann"),
+        ]

@@ -61,7 +61,9 @@ class IntentQueue:
             raise BadRequest("max_depth must be a positive integer")
         self.max_depth = max_depth
 
-    async def submit(self, intent: Intent | JSON, *, intent_id: str | None = None) -> str:
+    async def submit(
+        self, intent: Intent | JSON, *, intent_id: str | None = None, author: str | None = None
+    ) -> str:
         """Queue ``intent`` (an :class:`Intent` or its JSON form); returns its id.
 
         One append, O(1), ordered by the store. Idempotent by ``intent_id``: the same
@@ -100,7 +102,7 @@ class IntentQueue:
             await self.scope.transact(
                 [Absent(key)],
                 [Put(key, item), SetAdd(self.keys.queued, intent_id)],
-                [Append(SUBMITTED, data)],
+                [Append(SUBMITTED, data, author)],
             )
         except VersionConflict as exc:
             if key not in exc.conflicts:
