@@ -229,14 +229,14 @@ def tail(
     ] = None,
     count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time)")
+        bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time, ...)")
     ] = False,
 ) -> None:
     """Follow a room's events live (woken by the store; moves no agent's cursor).
 
     One line per event, ``#<seq> <type> [by <author>] <data as JSON>``, never wrapped.
     ``--json``: a stream, so one JSON document per line and event (``seq``, ``type``,
-    ``data``, ``time``, ``author``), each printed as it arrives."""
+    ``data``, ``time``, ``author``, ``to``, ``to_roles``), each printed as it arrives."""
 
     async def work(store: Store) -> None:
         events = Rooms(store).room(room).events
@@ -247,7 +247,7 @@ def tail(
             batch = await events.read(position, 100)
             for event in batch:
                 if as_json:
-                    emit_json(event)  # seq, type, data, time, author
+                    emit_json(event)  # seq, type, data, time, author, to, to_roles
                 else:
                     data = json.dumps(event.data, ensure_ascii=False)
                     by = "" if event.author is None else f" by {event.author}"
