@@ -8,6 +8,10 @@ for a reader that crashes mid-batch) or may (``ack=explicit``: the cursor moves 
 the cursor: a consumer acks what it processed. It ends after ``max_events`` events or
 ``timeout`` seconds (capped by the server), and an idle stream carries a keep-alive
 comment; clients reconnect with ``Last-Event-ID``.
+
+A post may address its event (``to``, ``to_roles``); ``read-new?inbox=true`` reads what
+is addressed to the caller or its token's role through the caller's inbox cursor, which
+``ack`` and ``cursor`` reach with ``inbox`` (docs/why-messages.md).
 """
 
 from __future__ import annotations
