@@ -42,11 +42,12 @@ from agentrooms.cli_common import (
     say,
     shown_url,
 )
+from agentrooms.cli_events import events_app
 from agentrooms.cli_rooms import plan_app, rooms_app, tail, tokens_app
 from agentrooms.cli_serve import _banner, bench, demo, doctor, mcp, migrate, serve
 from agentrooms.cli_status import status
 from agentrooms.cli_torture import torture
-from agentrooms.cli_work import doc_app, events_app, locks_app, presence_app, task_app
+from agentrooms.cli_work import doc_app, locks_app, presence_app, task_app
 from agentrooms.errors import AgentroomsError
 
 __all__ = [
@@ -105,7 +106,7 @@ app.add_typer(plan_app, name="plan")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(task_app, name="task")  # agentrooms/cli_work.py: also remotely, --server
 app.add_typer(doc_app, name="doc")
-app.add_typer(events_app, name="events")
+app.add_typer(events_app, name="events")  # agentrooms/cli_events.py: also remotely
 app.add_typer(presence_app, name="presence")
 app.add_typer(locks_app, name="locks")
 app.command()(torture)  # agentrooms/cli_torture.py

@@ -278,7 +278,7 @@ def tail(
     ] = None,
     count: Annotated[int | None, typer.Option("--count", help="Stop after N events")] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time)")
+        bool, typer.Option("--json", help="One JSON object per line (seq, type, data, time, ...)")
     ] = False,
     server: ServerOption = None,
 ) -> None:
@@ -286,11 +286,11 @@ def tail(
 
     One line per event, ``#<seq> <type> [by <author>] <data as JSON>``, never wrapped.
     ``--json``: a stream, so one JSON document per line and event (``seq``, ``type``,
-    ``data``, ``time``, ``author``), each printed as it arrives."""
+    ``data``, ``time``, ``author``, ``to``, ``to_roles``), each printed as it arrives."""
 
     def show(event: Any) -> None:
         if as_json:
-            emit_json(event)  # seq, type, data, time, author
+            emit_json(event)  # seq, type, data, time, author, to, to_roles
             return
         data = json.dumps(event.data, ensure_ascii=False)
         by = "" if event.author is None else f" by {event.author}"

@@ -1,5 +1,5 @@
-"""``agentrooms task``, ``doc``, ``events``, ``presence`` and ``locks``: one room's work
-from the command line, on a store (``--url``) or through a server (``--server``, the
+"""``agentrooms task``, ``doc``, ``presence`` and ``locks`` (``events``: cli_events.py):
+one room's work from the command line, on a store (``--url``) or through a server (``--server``, the
 token in ``$AGENTROOMS_TOKEN``).
 
 Each command is written once against the room API that the library's
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 task_app = typer.Typer(help="Add, claim and finish a room's tasks.", no_args_is_help=True)
 doc_app = typer.Typer(help="Read and write a room's versioned documents.", no_args_is_help=True)
-events_app = typer.Typer(help="Post to and read a room's event log.", no_args_is_help=True)
 presence_app = typer.Typer(help="Who is in a room.", no_args_is_help=True)
 locks_app = typer.Typer(help="Who holds a room's locks.", no_args_is_help=True)
 
@@ -247,54 +246,6 @@ def doc_list(
         return
     for d in docs:
         say(literal(d.name, "bold"), f"  version {d.version}")
-
-
-# ---------------------------------------------------------------------------- events
-
-
-@events_app.command("post")
-def events_post(
-    room: RoomArg,
-    type: Annotated[str, typer.Argument(help="The event's type")],
-    data: Annotated[str, typer.Argument(help="Its data as JSON")] = "null",
-    url: UrlOption = DEFAULT_URL,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Append an event; prints its sequence number. ``--json``: ``{"seq"}``."""
-    value = _value(data, "the data")
-
-    async def work(handle: Room | RemoteRoom) -> int:
-        return await handle.events.post(type, value)
-
-    seq = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"seq": seq})
-        return
-    say(f"posted #{seq}")
-
-
-@events_app.command("read")
-def events_read(
-    room: RoomArg,
-    after: Annotated[int, typer.Option(help="Events after this sequence number")] = 0,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many")] = 100,
-    url: UrlOption = DEFAULT_URL,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Events after ``--after`` (no cursor moves). ``--json``: ``{"events": [...]}``."""
-
-    async def work(handle: Room | RemoteRoom) -> list[Any]:
-        return list(await handle.events.read(after, limit))
-
-    events = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"events": events})
-        return
-    for e in events:
-        by = "" if e.author is None else f" by {e.author}"
-        say(literal(f"#{e.seq}", "dim"), " ", literal(e.type, "bold"), by, " ", json.dumps(e.data))
 
 
 # ----------------------------------------------------------------- presence, locks

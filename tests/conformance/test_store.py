@@ -428,6 +428,43 @@ async def test_bad_event_author_is_refused_before_anything_is_written(
     assert await store.last_seq(room) == 0
 
 
+async def test_event_addressees_are_stored_and_read_back(store: Store, room: str) -> None:
+    """An append's addressees (agents and roles) come back with its event from every read
+    of the log, in the order given, a name given twice once; an append naming none has
+    none; a post-trim read and a follow agree."""
+    result = await store.transact(
+        room,
+        appends=[
+            Append("m", 1, author="ann", to=["bob", "cy", "bob"], to_roles=["rev"]),
+            Append("n", 2),
+            Append("o", 3, to_roles=["rev", "ops"]),
+        ],
+    )
+    await store.transact(room, writes=[Put("k", 1)], appends=[Append("p", to=["ann"])])
+    expected = [(("bob", "cy"), ("rev",)), ((), ()), ((), ("rev", "ops")), (("ann",), ())]
+    log = await store.read_log(room)
+    assert [(e.to, e.to_roles) for e in log] == expected
+    assert [e.author for e in log] == ["ann", None, None, None]
+    assert [(e.to, e.to_roles) for e in await store.follow_log(room, 0, 1.0)] == expected
+    assert [e.to_roles for e in await store.read_log(room, after=2, limit=1)] == [("rev", "ops")]
+    assert log[0].addressed_to("cy") and log[0].addressed_to("zed", ["rev"])
+    assert not log[1].addressed_to("bob", ["rev"]) and not log[3].addressed_to("bob")
+    assert result.seqs == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("to", "roles"), [(["a\nb"], []), ([], [""]), ("bob", []), ([f"a{i}" for i in range(101)], [])]
+)
+async def test_bad_event_addressees_are_refused_before_anything_is_written(
+    store: Store, room: str, to: object, roles: object
+) -> None:
+    with pytest.raises(BadRequest, match="address"):
+        bad = Append("e", to=to, to_roles=roles)  # type: ignore[arg-type]
+        await store.transact(room, writes=[Put("k", 1)], appends=[bad])
+    assert (await store.read(room, ["k"])).get("k") is None
+    assert await store.last_seq(room) == 0
+
+
 async def test_trimmed_log_raises_cursor_compacted(store: Store, room: str) -> None:
     await store.transact(room, appends=[Append("e", i) for i in range(10)])
     assert await store.trim_log(room, 5) == 5

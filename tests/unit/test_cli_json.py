@@ -134,6 +134,8 @@ def test_every_read_command_prints_one_json_document(url: str) -> None:
         "data",
         "time",
         "author",
+        "to",
+        "to_roles",
     }
 
     code, out, _ = run("tokens", "list", "--url", url, "--json")

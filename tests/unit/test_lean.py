@@ -216,7 +216,7 @@ def test_the_cli_without_the_client_extra_works_on_a_store_and_names_it_for_serv
         from agentrooms.extras import MissingExtra
         runner = CliRunner()
         for args in (["rooms", "create", "r", "--url", "{store}"],
-                     ["events", "post", "r", "note", "--url", "{store}"],
+                     ["events", "post", "r", "note", "--as", "a", "--url", "{store}"],
                      ["doc", "list", "r", "--url", "{store}", "--json"],
                      ["rooms", "list", "--server", "http://127.0.0.1:9"]):
             done = runner.invoke(app, args)

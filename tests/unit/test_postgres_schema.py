@@ -255,7 +255,7 @@ async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
         await store.close()
     conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
     try:
-        await conn.execute("ALTER TABLE events DROP COLUMN author")
+        await conn.execute("ALTER TABLE events DROP COLUMN author, DROP COLUMN recipients")
         await conn.execute("DELETE FROM schema_migrations WHERE version > 6")
         await conn.execute("DROP FUNCTION transact_recording")
         await conn.execute("DROP FUNCTION transact")
@@ -271,6 +271,53 @@ async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
         await store.transact("r", appends=[Append("newer", author="b")])
         log = await store.read_log("r")
         assert [(e.type, e.author) for e in log] == [("old", None), ("new", "a"), ("newer", "b")]
+        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+        try:
+            migrated = await _dump(conn, schema)
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    fresh = await _fresh(postgres_url)
+    for what in CATALOG:
+        assert migrated[what] == fresh[what], what
+
+
+async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
+    postgres_url: str, schema: str
+) -> None:
+    """Migration 0008 on a schema as version 7 left it (no events.recipients; transact()
+    and transact_recording() without p_recipients): its old functions are dropped and
+    replaced, its events read addressed to nobody, and it ends with a fresh schema's
+    catalog."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", appends=[Append("old", author="a")])
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("ALTER TABLE events DROP COLUMN recipients")
+        await conn.execute("DELETE FROM schema_migrations WHERE version > 7")
+        await conn.execute("DROP FUNCTION transact_recording")
+        await conn.execute("DROP FUNCTION transact")
+        args = _OLD_ARGS + ", text[]"
+        for name, given in [("transact", args), ("transact_recording", args + ", text[]")]:
+            await conn.execute(
+                f"CREATE FUNCTION {name}({given}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
+            )
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", writes=[PutOutcome("o", {})], appends=[Append("new", to=["b"])])
+        await store.transact("r", appends=[Append("newer", to_roles=["rev"])])
+        log = await store.read_log("r")
+        assert [(e.type, e.author, e.to, e.to_roles) for e in log] == [
+            ("old", "a", (), ()),
+            ("new", None, ("b",), ()),
+            ("newer", None, (), ("rev",)),
+        ]
         conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
         try:
             migrated = await _dump(conn, schema)

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -42,6 +42,7 @@ from agentrooms.errors import (
 )
 from agentrooms.rooms import keys
 from agentrooms.rooms.documents import Document
+from agentrooms.rooms.events import InboxPage
 from agentrooms.rooms.locks import DEFAULT_TTL as LOCK_TTL
 from agentrooms.rooms.locks import Lock, LockInfo, WaiterInfo
 from agentrooms.rooms.plan import DEFAULT_LEASE, Lease, LeaseKeeper, Task, TaskList, TaskSpec
@@ -477,19 +478,35 @@ class Documents(_Part):
 
 
 def _event(data: Mapping[str, Any]) -> Event:
-    return _of(Event, data)
+    return _of(
+        Event, data, to=tuple(data.get("to") or ()), to_roles=tuple(data.get("to_roles") or ())
+    )
 
 
 class Events(_Part):
     """The room's log and the token agent's cursor (:class:`agentrooms.rooms.Events`)."""
 
-    async def post(self, type: str, data: JSON = None, *, command_id: str | None = None) -> int:
-        """Append an event (its author is the token's agent); its sequence number."""
+    async def post(
+        self,
+        type: str,
+        data: JSON = None,
+        *,
+        to: Sequence[str] = (),
+        to_roles: Sequence[str] = (),
+        command_id: str | None = None,
+    ) -> int:
+        """Append an event (its author is the token's agent), addressed to the agents
+        ``to`` and the roles ``to_roles`` if given (their inboxes); its sequence number."""
+        event: dict[str, Any] = {"type": type, "data": data}
+        if to:
+            event["to"] = list(to)
+        if to_roles:
+            event["to_roles"] = list(to_roles)
         body = await self._http.json(
             "POST",
             f"{self._room.path}/events",
             safety="keyed",
-            body={"type": type, "data": data},
+            body=event,
             headers=self._key(command_id),
         )
         seq: int = body["seq"]
@@ -505,9 +522,14 @@ class Events(_Part):
         )
         return [_event(e) for e in body["events"]]
 
-    async def cursor(self, agent: str | None = None) -> int:
+    async def cursor(self, agent: str | None = None, *, inbox: bool = False) -> int:
         self._client.acting(agent)
-        body = await self._http.json("GET", f"{self._room.path}/events/cursor", safety="idempotent")
+        body = await self._http.json(
+            "GET",
+            f"{self._room.path}/events/cursor",
+            safety="idempotent",
+            params={"inbox": "true"} if inbox else None,
+        )
         position: int = body["cursor"]
         return position
 
@@ -517,20 +539,44 @@ class Events(_Part):
         """Up to ``limit`` events after the cursor, in order. ``ack="auto"`` moves the
         cursor past them in the same call (at-most-once: not retried once sent);
         ``"explicit"`` leaves it for :meth:`ack` (at-least-once, retried)."""
+        return (await self._read_new(agent, limit, ack, inbox=False)).events
+
+    async def read_inbox(
+        self, agent: str | None = None, limit: int = 100, *, ack: Ack = "auto"
+    ) -> InboxPage:
+        """Up to ``limit`` events addressed to the token's agent or its token's role,
+        through its inbox cursor (:meth:`agentrooms.rooms.Events.read_inbox`; the server
+        takes the roles from the token)."""
+        return await self._read_new(agent, limit, ack, inbox=True)
+
+    async def _read_new(self, agent: str | None, limit: int, ack: Ack, *, inbox: bool) -> InboxPage:
         self._client.acting(agent)
+        params: dict[str, Any] = {"ack": ack, "limit": limit}
+        if inbox:
+            params["inbox"] = "true"
         body = await self._http.json(
             "POST",
             f"{self._room.path}/events/read-new",
             safety="once" if ack == "auto" else "idempotent",
-            params={"ack": ack, "limit": limit},
+            params=params,
         )
-        return [_event(e) for e in body["events"]]
+        events = [_event(e) for e in body["events"]]
+        scanned = body.get("scanned")
+        return InboxPage(
+            events,
+            events[-1].seq if scanned is None and events else scanned or 0,
+            bool(body.get("more")),
+        )
 
-    async def ack(self, agent: str | None = None, seq: int = 0) -> int:
-        """Move the cursor forward to ``seq`` (never back); the cursor after."""
+    async def ack(self, agent: str | None = None, seq: int = 0, *, inbox: bool = False) -> int:
+        """Move the cursor (``inbox``: the inbox cursor) forward to ``seq`` (never back);
+        the cursor after."""
         self._client.acting(agent)
         body = await self._http.json(
-            "POST", f"{self._room.path}/events/ack", safety="idempotent", body={"seq": seq}
+            "POST",
+            f"{self._room.path}/events/ack",
+            safety="idempotent",
+            body={"seq": seq, "inbox": inbox},
         )
         position: int = body["cursor"]
         return position

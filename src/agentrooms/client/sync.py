@@ -124,6 +124,7 @@ class SyncEvents(_Twin[Events]):
     read = _blocking(Events.read)
     cursor = _blocking(Events.cursor)
     read_new = _blocking(Events.read_new)
+    read_inbox = _blocking(Events.read_inbox)
     ack = _blocking(Events.ack)
 
     def subscribe(

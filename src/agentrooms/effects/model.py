@@ -83,13 +83,15 @@ def read_effect(view: View, op_id: str) -> Effect | None:
 @dataclass(frozen=True, slots=True)
 class EffectRequest:
     """An effect to record with a state change: ``id`` (the operation id, reused as the
-    idempotency key), ``kind`` (which handler performs it) and the exact ``params``."""
+    idempotency key), ``kind`` (which handler performs it) and the exact ``params``;
+    ``author``, the agent requesting it, is the author of its ``effect.requested`` event."""
 
     id: str
     kind: str
     params: JSON = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     compensates: str | None = None
+    author: str | None = None
 
     def __post_init__(self) -> None:
         keys.check_name(self.id, "effect id")
@@ -119,7 +121,7 @@ class EffectRequest:
 
     def appends(self) -> list[Append]:
         data = {"effect": self.id, "kind": self.kind, "compensates": self.compensates}
-        return [Append("effect.requested", data)]
+        return [Append("effect.requested", data, self.author)]
 
     def compares(self) -> list[Compare]:
         """For a raw transact: fail (``VersionConflict`` on the key) if the id is taken."""

@@ -46,12 +46,21 @@ class Outbox:
         return self.scope.room
 
     async def request(
-        self, op_id: str, kind: str, params: JSON = None, *, max_attempts: int = 5
+        self,
+        op_id: str,
+        kind: str,
+        params: JSON = None,
+        *,
+        max_attempts: int = 5,
+        author: str | None = None,
     ) -> Effect:
         """Record one effect on its own (no other state change). Idempotent by ``op_id``:
         the same request again returns the recorded effect; another kind or params under
-        the same id raises ``IdempotencyMismatch``."""
-        request = EffectRequest(op_id, kind, params, max_attempts)
+        the same id raises ``IdempotencyMismatch``. ``author``: the agent requesting it
+        (the author of its ``effect.requested`` event)."""
+        if author is not None:
+            keys.check_name(author, "author")
+        request = EffectRequest(op_id, kind, params, max_attempts, author=author)
 
         def add(view: View, _: None) -> Change:
             return request_effects(view, Change(), request)

@@ -9,6 +9,8 @@ The result of each change is the effect's new value (``None`` when nothing was t
 
 from __future__ import annotations
 
+import dataclasses
+
 from agentrooms.commit import Change, View
 from agentrooms.effects.model import (
     CLAIMED,
@@ -227,6 +229,8 @@ def resolve(view: View, mine: Effect, outcome: Outcome, retry_in: float | None) 
 def _compensate(view: View, current: Effect, outcome: Outcome, by: str | None) -> Change:
     request = outcome.compensation
     assert request is not None
+    if request.author is None and by is not None:  # requested by the worker compensating
+        request = dataclasses.replace(request, author=by)
     if read_effect(view, request.id) is not None:
         raise InvalidTransition(f"compensation id {request.id!r} is already taken")
     undone = current.replace(

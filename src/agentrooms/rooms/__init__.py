@@ -1,7 +1,7 @@
 """Coordination an agent team uses, written once on top of the store primitive."""
 
 from agentrooms.rooms.documents import Document, Documents
-from agentrooms.rooms.events import Events
+from agentrooms.rooms.events import Events, InboxPage
 from agentrooms.rooms.locks import Lock, LockInfo, Locks
 from agentrooms.rooms.plan import Lease, LeaseKeeper, Plan, Task, TaskSpec
 from agentrooms.rooms.presence import Member, Presence
@@ -11,6 +11,7 @@ __all__ = [
     "Document",
     "Documents",
     "Events",
+    "InboxPage",
     "Lease",
     "LeaseKeeper",
     "Lock",

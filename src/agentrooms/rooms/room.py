@@ -123,9 +123,14 @@ class Rooms:
         await room.scope.read([])
         return room
 
-    async def create(self, name: str, description: str = "", metadata: JSON = None) -> Room:
-        """Create room ``name``; ``VersionConflict`` if it already exists."""
+    async def create(
+        self, name: str, description: str = "", metadata: JSON = None, *, author: str | None = None
+    ) -> Room:
+        """Create room ``name``; ``VersionConflict`` if it already exists. ``author``: the
+        agent creating it (the author of its ``room.created`` event)."""
         room = self.room(name)
+        if author is not None:
+            keys.check_name(author, "author")
         entry = keys.registry_entry(room.name)
         await self.store.transact(keys.REGISTRY, writes=[Put(entry, {"name": room.name})])
         now = (await self.store.read(room.name, [])).now
@@ -135,7 +140,7 @@ class Rooms:
                 room.name,
                 [Absent(keys.META)],
                 [Put(keys.META, meta)],
-                [Append("room.created", {"room": room.name})],
+                [Append("room.created", {"room": room.name}, author)],
             )
         except VersionConflict as exc:
             raise VersionConflict(exc.conflicts, f"room {room.name!r} already exists") from exc
@@ -228,15 +233,18 @@ class Rooms:
     async def describe(self, name: str) -> RoomInfo:
         return await self.room(name).describe()
 
-    async def archive(self, name: str) -> RoomInfo:
-        """Make the room read-only; its state and log stay readable."""
+    async def archive(self, name: str, *, author: str | None = None) -> RoomInfo:
+        """Make the room read-only; its state and log stay readable. ``author``: the agent
+        archiving it (the author of its ``room.archived`` event)."""
         room = self.room(name)
+        if author is not None:
+            keys.check_name(author, "author")
         try:
             await self.store.transact(
                 room.name,
                 [Present(keys.META), Absent(keys.ARCHIVED)],
                 [Put(keys.ARCHIVED, True)],
-                [Append("room.archived", {"room": room.name})],
+                [Append("room.archived", {"room": room.name}, author)],
             )
         except VersionConflict as exc:
             if keys.META in exc.conflicts:

@@ -221,9 +221,18 @@ class DocList(BaseModel):
 # ---------------------------------------------------------------------------- events
 
 
+Role = Annotated[str, Field(pattern=PARTITION, min_length=1, max_length=64)]
+
+
 class EventIn(In):
     type: Name
     data: JsonValue = None
+    to: list[Name] = Field(
+        default_factory=list, max_length=100, description="agents it is addressed to (inbox)"
+    )
+    to_roles: list[Role] = Field(
+        default_factory=list, max_length=100, description="roles it is addressed to (inbox)"
+    )
 
 
 class Posted(BaseModel):
@@ -238,20 +247,35 @@ class EventOut(BaseModel):
     author: str | None = Field(
         description="the agent that appended it: for a post, the token's (null: none named)"
     )
+    to: list[str] = Field(default_factory=list, description="agents it is addressed to")
+    to_roles: list[str] = Field(default_factory=list, description="roles it is addressed to")
 
     @classmethod
     def of(cls, event: Event) -> EventOut:
         return cls(
-            seq=event.seq, type=event.type, data=event.data, time=event.time, author=event.author
+            seq=event.seq,
+            type=event.type,
+            data=event.data,
+            time=event.time,
+            author=event.author,
+            to=list(event.to),
+            to_roles=list(event.to_roles),
         )
 
 
 class EventList(BaseModel):
     events: list[EventOut]
+    scanned: int | None = Field(
+        default=None, description="inbox reads: the log was looked at up to this sequence"
+    )
+    more: bool | None = Field(
+        default=None, description="inbox reads: stopped before the log's head, read again"
+    )
 
 
 class AckIn(In):
     seq: Count
+    inbox: bool = Field(default=False, description="move the inbox cursor, not the full one")
 
 
 class CursorOut(BaseModel):

@@ -213,15 +213,19 @@ class Aggregates(Generic[S]):
         *,
         expected_version: int | None = None,
         command_id: str | None = None,
+        author: str | None = None,
     ) -> Appended[S]:
         """Append ``events`` as one block. With ``expected_version`` the append commits
         only if the stream is still at that version, else raises ``VersionConflict``;
-        without, it goes at the end whatever the version (retried on conflict)."""
+        without, it goes at the end whatever the version (retried on conflict).
+        ``author``: the agent appending, the author of each event in the room's log."""
         batch = [self.aggregate.check_new(e) for e in events]
         if expected_version is not None:
             expected_version = _check_position(expected_version, "expected_version")
         payload = {"events": [[str(e.type), e.data] for e in batch], "expected": expected_version}
-        return await self._commit(id, lambda state, _: batch, payload, expected_version, command_id)
+        return await self._commit(
+            id, lambda state, _: batch, payload, expected_version, command_id, author
+        )
 
     async def execute(
         self,
@@ -230,12 +234,14 @@ class Aggregates(Generic[S]):
         command: C,
         *,
         command_id: str | None = None,
+        author: str | None = None,
     ) -> Appended[S]:
         """Run ``decide(state, command) -> events`` on the current state and append
         what it returns, recomputing from the new state on conflict. ``decide`` must be
         pure; it raises ``InvalidTransition`` to refuse the command. With
-        ``command_id`` (and a JSON ``command``) a redelivered command appends nothing."""
-        return await self._commit(id, decide, command, None, command_id)
+        ``command_id`` (and a JSON ``command``) a redelivered command appends nothing.
+        ``author``: the agent commanding, the author of each event in the room's log."""
+        return await self._commit(id, decide, command, None, command_id, author)
 
     async def snapshot(self, id: str) -> int:
         """Write a snapshot at the stream's current version now; returns that version."""
@@ -282,9 +288,12 @@ class Aggregates(Generic[S]):
         command: C,
         expected: int | None,
         command_id: str | None,
+        author: str | None = None,
     ) -> Appended[S]:
         agg = self.aggregate
         check_id(id, "aggregate id")
+        if author is not None:
+            check_id(author, "author")
         known = self._known.pop(id, None)
         # (the key of the last event we folded, the store version it must still have)
         anchor: tuple[str, int] | None = None
@@ -319,7 +328,7 @@ class Aggregates(Generic[S]):
             if len(new) > MAX_APPEND:
                 raise BadRequest(f"append at most {MAX_APPEND} events at once")
             state = agg.replay(new, folded.state)
-            change = self._change(id, m, new, state)
+            change = self._change(id, m, new, state, author)
             after[:] = [state]
             return change
 
@@ -335,7 +344,7 @@ class Aggregates(Generic[S]):
                 **self._options(),
             )
         except _Forgotten:
-            return await self._commit(id, decide, command, expected, command_id)
+            return await self._commit(id, decide, command, expected, command_id, author)
         outcome = done.result
         if not done.replayed and outcome["count"]:
             last = keys.event(agg.name, id, outcome["version"])
@@ -360,7 +369,9 @@ class Aggregates(Generic[S]):
         while len(self._known) > KNOWN:
             self._known.popitem(last=False)
 
-    def _change(self, id: str, m: int, new: list[DomainEvent], state: S) -> Change:
+    def _change(
+        self, id: str, m: int, new: list[DomainEvent], state: S, author: str | None = None
+    ) -> Change:
         agg = self.aggregate
         end = m + len(new)
         if end > keys.MAX_STREAM:
@@ -372,7 +383,7 @@ class Aggregates(Generic[S]):
                 Put(keys.event(agg.name, id, n), {"type": str(event.type), "data": event.data})
             )
             data = {"aggregate": agg.name, "id": id, "n": n, "data": event.data}
-            appends.append(Append(str(event.type), data))
+            appends.append(Append(str(event.type), data, author))
         snapshot = self._snapshot_write(id, m, end, state) if new else None
         if snapshot is not None:
             writes.append(snapshot)

@@ -37,6 +37,7 @@ from agentrooms.store.types import (
     Snapshot,
     StoreInfo,
     TransactResult,
+    stored_event,
 )
 from agentrooms.store.validation import check_compares, decode_json, ms_to_s, with_outcome
 
@@ -91,8 +92,8 @@ class _Set:
 class _Room:
     rows: dict[str, _Row] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # sorted, for scan
-    # seq, type, data, ms, author
-    log: list[tuple[int, str, str, int, str | None]] = field(default_factory=list)
+    # seq, type, data, ms, author, addressees (stored form)
+    log: list[tuple[int, str, str, int, str | None, str | None]] = field(default_factory=list)
     seq: int = 0
     low: int = 1  # first sequence number not trimmed
     sets: dict[str, _Set] = field(default_factory=dict)
@@ -202,7 +203,7 @@ class MemoryStore(Store):
         seqs = []
         for a in ops.appends:
             state.seq += 1
-            state.log.append((state.seq, a.type, a.data_json, now_ms, a.author))
+            state.log.append((state.seq, a.type, a.data_json, now_ms, a.author, a.to_json))
             seqs.append(state.seq)
         for w in ops.writes:
             if w.outcome:
@@ -242,8 +243,8 @@ class MemoryStore(Store):
         # log[i] holds seq = state.low + i
         begin = max(0, after + 1 - state.low)
         return [
-            Event(seq, kind, decode_json(data), ms / 1000.0, author)
-            for seq, kind, data, ms, author in state.log[begin : begin + limit]
+            stored_event(seq, kind, decode_json(data), ms / 1000.0, author, to)
+            for seq, kind, data, ms, author, to in state.log[begin : begin + limit]
         ]
 
     async def _trim_log(self, room: str, before: int) -> int:

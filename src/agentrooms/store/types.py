@@ -2,12 +2,14 @@
 
 Records, snapshots, events and pages as read; the compares, writes and appends a
 transact takes, and the prepared (validated, encoded) forms backends receive from
-:mod:`agentrooms.store.validation`. Plain frozen dataclasses: no IO, no validation.
+:mod:`agentrooms.store.validation`. Plain frozen dataclasses: no IO, no validation
+(the addressees' stored form excepted: one JSON text, encoded and decoded here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -77,13 +79,20 @@ class Snapshot:
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a room's log: ``author`` is the agent that appended it, as the
-    append named it (``None``: it named none)."""
+    append named it (``None``: it named none); ``to`` and ``to_roles`` the agents and
+    roles it is addressed to (both empty: addressed to nobody in particular)."""
 
     seq: int
     type: str
     data: JSON
     time: float  # store-clock seconds when it was appended
     author: str | None = None
+    to: tuple[str, ...] = ()
+    to_roles: tuple[str, ...] = ()
+
+    def addressed_to(self, agent: str, roles: Iterable[str] = ()) -> bool:
+        """Whether ``agent`` (holding ``roles``) is among the event's addressees."""
+        return agent in self.to or any(role in self.to_roles for role in roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +222,14 @@ Write: TypeAlias = Put | Delete | SetAdd | SetRemove
 class Append:
     """Append an event to the room's log; the store gives it its sequence number.
     ``author`` (an agent name, or ``None``) is stored with it and read back as
-    :attr:`Event.author`."""
+    :attr:`Event.author`; so are the addressees ``to`` (agent names) and ``to_roles``
+    (role names), read back as :attr:`Event.to` and :attr:`Event.to_roles`."""
 
     type: str
     data: JSON = None
     author: str | None = None
+    to: Sequence[str] = ()
+    to_roles: Sequence[str] = ()
 
 
 # ------------------------------------------------------------- prepared (backend) forms
@@ -245,6 +257,32 @@ class PreparedAppend:
     type: str
     data_json: str
     author: str | None = None
+    # the addressees as stored (see encode_recipients); None: addressed to nobody
+    to_json: str | None = None
+
+
+def encode_recipients(to: Sequence[str], roles: Sequence[str]) -> str | None:
+    """The stored form of an event's addressees, one JSON text for every backend:
+    ``{"to": [agents], "roles": [roles]}``, or ``None`` when there are none."""
+    if not to and not roles:
+        return None
+    return json.dumps({"to": list(to), "roles": list(roles)}, separators=(",", ":"))
+
+
+def decode_recipients(text: str | bytes | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(to, to_roles)`` of a stored :func:`encode_recipients` text (``None``: none)."""
+    if not text:
+        return (), ()
+    value = json.loads(text)
+    return tuple(value["to"]), tuple(value["roles"])
+
+
+def stored_event(
+    seq: int, type: str, data: JSON, time: float, author: str | None, to_json: str | bytes | None
+) -> Event:
+    """An :class:`Event` from a backend's stored fields (addressees in their stored form)."""
+    to, roles = decode_recipients(to_json)
+    return Event(seq, type, data, time, author, to, roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +304,7 @@ class Limits:
     max_value_bytes: int = 4 * 1024 * 1024
     max_event_type_bytes: int = 200
     max_author_bytes: int = 200
+    max_recipients: int = 100  # agents + roles one event is addressed to
     max_ops: int = 5000  # compares + writes + appends in one transact
     max_page: int = 10_000
 

@@ -36,6 +36,7 @@ from agentrooms.store.types import (
     SetRemove,
     VersionIs,
     Write,
+    encode_recipients,
     fence_of,
 )
 
@@ -178,8 +179,22 @@ def prepare_transact(
         if a.author is not None:
             author = _check_name(a.author, "event author", limits.max_author_bytes)
         data = encode_json(a.data, "event data", limits.max_value_bytes)
-        events.append(PreparedAppend(kind, data, author))
+        events.append(PreparedAppend(kind, data, author, _recipients(a, limits)))
     return Prepared(cmp_list, prepared, events, set_ops)
+
+
+def _recipients(a: Append, limits: Limits) -> str | None:
+    """The stored form of an append's addressees, each a name, none twice, at most
+    ``limits.max_recipients`` in all."""
+    lists: list[list[str]] = []
+    for given, what in ((a.to, "addressee"), (a.to_roles, "addressed role")):
+        if isinstance(given, str) or not isinstance(given, Sequence):
+            raise BadRequest(f"an event's {what}s must be a list of names, not {given!r}")
+        names = [_check_name(n, what, limits.max_author_bytes) for n in given]
+        lists.append(list(dict.fromkeys(names)))
+    if len(lists[0]) + len(lists[1]) > limits.max_recipients:
+        raise BadRequest(f"an event is addressed to at most {limits.max_recipients} names")
+    return encode_recipients(lists[0], lists[1])
 
 
 def check_compares(

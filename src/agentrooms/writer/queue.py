@@ -94,9 +94,12 @@ class IntentQueue:
         self.max_depth = max_depth
         self._depth, self._since, self._read_at = 0, 0, -DEPTH_EVERY  # the last depth read
 
-    async def submit(self, intent: Intent | JSON, *, intent_id: str | None = None) -> str:
+    async def submit(
+        self, intent: Intent | JSON, *, intent_id: str | None = None, author: str | None = None
+    ) -> str:
         """Queue ``intent`` (an :class:`Intent`, a :class:`QueuedIntent` with increments,
-        or the JSON form of either); returns its id.
+        or the JSON form of either); returns its id. ``author``: the agent submitting, the
+        author of the ``wq.submitted`` event.
 
         One append, O(1), ordered by the store. Idempotent by ``intent_id``: the same
         intent again returns the id and queues nothing; another one under that id raises
@@ -104,11 +107,16 @@ class IntentQueue:
         for an intent the store would refuse.
         """
         intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
-        await self._submit(intent, intent_id)
+        await self._submit(intent, intent_id, author)
         return intent_id
 
     async def submit_and_wait(
-        self, intent: Intent | JSON, *, intent_id: str | None = None, timeout: float = 30.0
+        self,
+        intent: Intent | JSON,
+        *,
+        intent_id: str | None = None,
+        timeout: float = 30.0,
+        author: str | None = None,
     ) -> IntentOutcome:
         """:meth:`submit`, then :meth:`wait`, one read cheaper: the wait is subscribed
         before the submission, so the settling event cannot be missed and the outcome is
@@ -116,12 +124,12 @@ class IntentQueue:
         intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
         routes = (("wq", self.keys.name, intent_id),)
         async with follow(self.scope.store, self.scope.room, routes=routes) as woken:
-            fresh = await self._submit(intent, intent_id)
+            fresh = await self._submit(intent, intent_id, author)
             queued = IntentOutcome(intent_id, QUEUED)
             start = queued if fresh else await self.outcome(intent_id)
             return await self._until_settled(woken, start, time.monotonic() + timeout)
 
-    async def _submit(self, intent: Intent | JSON, intent_id: str) -> bool:
+    async def _submit(self, intent: Intent | JSON, intent_id: str, author: str | None) -> bool:
         """Queue it under ``intent_id``; ``False`` if that id was queued already."""
         if isinstance(intent, Intent):
             payload, decoded = encode_intent(intent), intent
@@ -152,7 +160,7 @@ class IntentQueue:
             await self.scope.transact(
                 [Absent(key)],
                 [Put(key, item), SetAdd(self.keys.queued, intent_id)],
-                [Append(SUBMITTED, data)],
+                [Append(SUBMITTED, data, author)],
             )
         except VersionConflict as exc:
             if key not in exc.conflicts:

@@ -8,6 +8,10 @@ for a reader that crashes mid-batch) or may (``ack=explicit``: the cursor moves 
 the cursor: a consumer acks what it processed. It ends after ``max_events`` events or
 ``timeout`` seconds (capped by the server), and an idle stream carries a keep-alive
 comment; clients reconnect with ``Last-Event-ID``.
+
+A post may address its event (``to``, ``to_roles``); ``read-new?inbox=true`` reads what
+is addressed to the caller or its token's role through the caller's inbox cursor, which
+``ack`` and ``cursor`` reach with ``inbox`` (docs/why-messages.md).
 """
 
 from __future__ import annotations
@@ -44,9 +48,16 @@ After = Annotated[int, Query(ge=0, le=MAX_INT)]
 
 @router.post("", status_code=201, summary="Append an event", responses=errors(409, 422))
 async def post_event(access: EventsWrite, body: EventIn, key: IdempotencyKey = None) -> Posted:
-    """The event's author is the token's agent (the body cannot name one)."""
+    """The event's author is the token's agent (the body cannot name one). ``to`` and
+    ``to_roles`` address it: it is in the inbox of those agents and of every token with
+    one of those roles (and in the log for every reader)."""
     seq = await access.room.events.post(
-        body.type, body.data, command_id=command_id(access.principal, key), author=access.agent
+        body.type,
+        body.data,
+        command_id=command_id(access.principal, key),
+        author=access.agent,
+        to=body.to,
+        to_roles=body.to_roles,
     )
     return Posted(seq=seq)
 
@@ -59,20 +70,37 @@ async def read_events(access: EventsRead, after: After = 0, limit: Limit = 100) 
 
 @router.post("/read-new", summary="Events after the caller's cursor", responses=errors(409, 410))
 async def read_new(
-    access: EventsRead, ack: Literal["auto", "explicit"] = "auto", limit: Limit = 100
+    access: EventsRead,
+    ack: Literal["auto", "explicit"] = "auto",
+    limit: Limit = 100,
+    inbox: Annotated[
+        bool, Query(description="only events addressed to the caller or its token's role")
+    ] = False,
 ) -> EventList:
+    """``inbox=true``: the caller's inbox, through its inbox cursor (the full cursor is
+    not moved), with ``scanned`` and ``more`` (``more``: read again at once)."""
+    if inbox:
+        page = await access.room.events.read_inbox(access.agent, _roles(access), limit, ack=ack)
+        found = [EventOut.of(e) for e in page.events]
+        return EventList(events=found, scanned=page.scanned, more=page.more)
     events = await access.room.events.read_new(access.agent, limit, ack=ack)
     return EventList(events=[EventOut.of(e) for e in events])
 
 
+def _roles(access: EventsRead) -> list[str]:
+    return [] if access.principal.role is None else [access.principal.role]
+
+
 @router.post("/ack", summary="Move the caller's cursor forward", responses=errors(409))
 async def ack(access: EventsRead, body: AckIn) -> CursorOut:
-    return CursorOut(cursor=await access.room.events.ack(access.agent, body.seq))
+    return CursorOut(cursor=await access.room.events.ack(access.agent, body.seq, inbox=body.inbox))
 
 
 @router.get("/cursor", summary="The caller's cursor")
-async def cursor(access: EventsRead) -> CursorOut:
-    return CursorOut(cursor=await access.room.events.cursor(access.agent))
+async def cursor(
+    access: EventsRead, inbox: Annotated[bool, Query(description="its inbox cursor")] = False
+) -> CursorOut:
+    return CursorOut(cursor=await access.room.events.cursor(access.agent, inbox=inbox))
 
 
 @router.get(

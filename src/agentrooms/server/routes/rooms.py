@@ -49,9 +49,12 @@ async def create_room(
     request: Request, body: RoomCreate, response: Response, _: Bearer
 ) -> RoomOut | Response:
     rooms = rooms_of(request)
-    enter(principal_of(request), rooms, body.name, "rooms:write")
+    principal = principal_of(request)
+    enter(principal, rooms, body.name, "rooms:write")
     try:
-        room = await rooms.create(body.name, body.description, body.metadata)
+        room = await rooms.create(
+            body.name, body.description, body.metadata, author=principal.agent
+        )
     except VersionConflict as exc:  # no precondition was asked for: a conflict, not a 412
         return error_response(exc, status=409)
     response.headers["Location"] = f"/v1/rooms/{room.name}"
@@ -65,7 +68,7 @@ async def describe_room(access: RoomsRead) -> RoomOut:
 
 @router.post("/{room}/archive", summary="Make a room read-only", responses=errors(409))
 async def archive_room(request: Request, access: RoomsWrite) -> RoomOut:
-    return RoomOut.of(await rooms_of(request).archive(access.room.name))
+    return RoomOut.of(await rooms_of(request).archive(access.room.name, author=access.agent))
 
 
 @router.delete("/{room}", status_code=204, summary="Delete a room and everything in it")

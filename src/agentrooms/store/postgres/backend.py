@@ -65,6 +65,7 @@ from agentrooms.store.types import (
     StoreInfo,
     TransactResult,
     VersionIs,
+    stored_event,
 )
 from agentrooms.store.validation import decode_json
 
@@ -352,7 +353,14 @@ class PostgresStore(Store):
         if after + 1 < low:
             raise CursorCompacted(room, after, low)
         return [
-            Event(row["seq"], row["type"], decode_json(row["data"]), row["time"], row["author"])
+            stored_event(
+                row["seq"],
+                row["type"],
+                decode_json(row["data"]),
+                row["time"],
+                row["author"],
+                row["recipients"],
+            )
             for row in rows
             if row["seq"] is not None
         ]

@@ -64,7 +64,7 @@ def batch_args(batch: list[Prepared]) -> list[list[Any]]:
     put: list[list[Any]] = [[0], [], [], []]
     dele: list[list[Any]] = [[0], []]
     sets: list[list[Any]] = [[0], [], [], []]
-    app: list[list[Any]] = [[0], [], [], []]
+    app: list[list[Any]] = [[0], [], [], [], []]
     for ops in batch:
         keys, kinds, args = compare_args(ops.compares)
         cmp[1] += keys
@@ -84,6 +84,7 @@ def batch_args(batch: list[Prepared]) -> list[list[Any]]:
         app[1] += [a.type for a in ops.appends]
         app[2] += [a.data_json for a in ops.appends]
         app[3] += [a.author for a in ops.appends]
+        app[4] += [a.to_json for a in ops.appends]
         for arrays in (cmp, put, dele, sets, app):
             arrays[0].append(len(arrays[1]))
     return [*cmp, *put, *dele, *sets, *app]

@@ -87,15 +87,15 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                $19);
+                $19, $20);
 
 -- name: transact_recording
--- transact, for a batch some of whose items record their outcome ($20: per item, the
+-- transact, for a batch some of whose items record their outcome ($21: per item, the
 -- key of its outcome record or NULL): see functions/transact_recording.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                          $17, $18, $19, $20);
+                          $17, $18, $19, $20, $21);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
@@ -173,10 +173,11 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 WITH room AS MATERIALIZED (
     SELECT coalesce((SELECT low FROM rooms WHERE room = $1), 1) AS low
 )
-SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time, e.author
+SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time, e.author,
+       e.recipients
   FROM room
   LEFT JOIN LATERAL (
-      SELECT seq, type, data, time, author
+      SELECT seq, type, data, time, author, recipients
         FROM events
        WHERE events.room = $1 AND events.seq > $2 AND $2 + 1 >= room.low
        ORDER BY seq

@@ -347,7 +347,7 @@ class RedisStore(Store):
             keys.append(registry)
         appends = ops.appends
         for a in appends:
-            args += (a.type, a.data_json, a.author or "")
+            args += (a.type, a.data_json, a.author or "", a.to_json or "")
         reply = await self._run(scripts.TRANSACT, keys, args)
         if reply[0] != 0:
             raise scripts.failure(compares, reply)

@@ -16,7 +16,8 @@ the prefix so that ``SCAN MATCH <prefix>*`` finds all of a deployment's keys::
                                             (= Unicode code point order)
     <p>:{<p>:<room>}:log        stream      event log: entry ID ``<seq>-0``, fields
                                             ``t`` (type), ``d`` (data JSON), ``ms`` (time),
-                                            ``a`` (author, only when the append named one)
+                                            ``a`` (author, only when the append named one),
+                                            ``r`` (addressees, stored form, only when named)
     <p>:{<p>:<room>}:r:<key>    hash        one record: ``v`` (value JSON as given),
                                             ``n`` (version), ``e`` (expiry, ms since the
                                             epoch, only with a TTL; PEXPIREAT set too),

@@ -8,7 +8,7 @@
 --
 -- Returns {0, low} when events after `after` were trimmed (after + 1 < low: the caller's
 -- cursor was compacted), else {1, entries} with entries as XRANGE gives them:
--- {{'<seq>-0', {'t', type, 'd', data JSON, 'ms', time ms[, 'a', author]}}, ...}.
+-- {{'<seq>-0', {'t', type, 'd', data JSON, 'ms', time ms[, 'a', author][, 'r', to]}}, ...}.
 
 local low = tonumber(redis.call('HGET', KEYS[1], 'low') or '1')
 if tonumber(ARGV[1]) + 1 < low then return {0, low} end

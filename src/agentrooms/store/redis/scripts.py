@@ -26,6 +26,7 @@ from agentrooms.store.types import (
     Record,
     VersionIs,
     fence_of,
+    stored_event,
 )
 
 MAX_SEQ = 2**53
@@ -138,14 +139,18 @@ def stream_entries(reply: Any) -> list[Any]:
 
 def event(eid: bytes, fields: list[bytes]) -> Event:
     """A log entry as transact.lua writes it: ID ``<seq>-0``, fields ('t', type, 'd',
-    data JSON, 'ms', time in ms) and, when the append named one, ('a', author); an
-    entry without the field (also one written before authors were stored) has none."""
-    return Event(
+    data JSON, 'ms', time in ms), then ('a', author) when the append named one and ('r',
+    addressees in their stored form) when it named some; an entry without them (also one
+    written before they were stored) has none."""
+    extra = {fields[i]: fields[i + 1] for i in range(6, len(fields) - 1, 2)}
+    author = extra.get(b"a")
+    return stored_event(
         int(eid[: eid.index(b"-")]),
         fields[1].decode(),
         json.loads(fields[3]),
         int(fields[5]) / 1000.0,
-        fields[7].decode() if len(fields) > 7 else None,
+        None if author is None else author.decode(),
+        extra.get(b"r"),
     )
 
 

@@ -24,8 +24,9 @@
 --   then per set op, 1 each: '+<member>' add (a member already there keeps its pick
 --                             order) | '-<member>' remove (a member added again later is
 --                             never-picked again)
---   then per append, 3 each: type, data JSON, author ('' = none: an author is never
---                             empty; stored as field 'a' only when given)
+--   then per append, 4 each: type, data JSON, author ('' = none: an author is never
+--                             empty; stored as field 'a' only when given), addressees
+--                             (stored form, '' = none; field 'r' only when given)
 --
 -- Returns one of
 --   {0, now_ms, last_version, last_seq}  committed: of the P puts, put i (in write order)
@@ -42,7 +43,7 @@
 local C, S = tonumber(ARGV[1]), tonumber(ARGV[2])
 local W = #KEYS - 3 - C - S
 if S > 0 then W = W - 1 end
-local A = (#ARGV - 2 - C - 3 * W - S) / 3
+local A = (#ARGV - 2 - C - 3 * W - S) / 4
 local meta, index, log = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -118,9 +119,13 @@ end
 -- appends first: XADD is the one write that could be refused (an ID below the top)
 local stamp = int(now)
 for j = 1, A do
-  local entry = {'t', ARGV[a0 + 3 * j - 2], 'd', ARGV[a0 + 3 * j - 1], 'ms', stamp}
-  if ARGV[a0 + 3 * j] ~= '' then
-    entry[7], entry[8] = 'a', ARGV[a0 + 3 * j]
+  local b = a0 + 4 * (j - 1)
+  local entry = {'t', ARGV[b + 1], 'd', ARGV[b + 2], 'ms', stamp}
+  if ARGV[b + 3] ~= '' then
+    entry[#entry + 1], entry[#entry + 2] = 'a', ARGV[b + 3]
+  end
+  if ARGV[b + 4] ~= '' then
+    entry[#entry + 1], entry[#entry + 2] = 'r', ARGV[b + 4]
   end
   redis.call('XADD', log, int(seq + j) .. '-0', unpack(entry))
 end

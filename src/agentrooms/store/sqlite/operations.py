@@ -37,6 +37,7 @@ from agentrooms.store.types import (
     ScanPage,
     Snapshot,
     TransactResult,
+    stored_event,
 )
 from agentrooms.store.validation import check_compares, decode_json, ms_to_s, with_outcome
 
@@ -129,8 +130,8 @@ class Operations:
             raise CursorCompacted(room, after, low)
         rows = self._all("read_log_events", {"room": room, "after": after, "limit": limit})
         return [
-            Event(seq, kind, decode_json(data), ms / 1000.0, author)
-            for seq, kind, data, ms, author in rows
+            stored_event(seq, kind, decode_json(data), ms / 1000.0, author, to)
+            for seq, kind, data, ms, author, to in rows
         ]
 
     def last_seq(self, room: str) -> int:
@@ -267,6 +268,7 @@ class Operations:
                 "data": a.data_json,
                 "time_ms": now_ms,
                 "author": a.author,
+                "recipients": a.to_json,
             }
             for i, a in enumerate(appends)
         ]

@@ -63,8 +63,8 @@ RETURNING seq;
 
 -- name: transact_append
 -- Store one event at the sequence number reserved for it.
-INSERT INTO events (room, seq, type, data, time_ms, author)
-VALUES (:room, :seq, :type, :data, :time_ms, :author);
+INSERT INTO events (room, seq, type, data, time_ms, author, recipients)
+VALUES (:room, :seq, :type, :data, :time_ms, :author, :recipients);
 
 -- name: transact_purge_expired
 -- Delete up to :limit rows of the room that expired by :now_ms (absent to every query
@@ -103,7 +103,7 @@ SELECT low FROM rooms WHERE room = :room;
 
 -- name: read_log_events
 -- Up to :limit events of a room with seq > :after, in order.
-SELECT seq, type, data, time_ms, author
+SELECT seq, type, data, time_ms, author, recipients
 FROM events
 WHERE room = :room AND seq > :after
 ORDER BY seq

@@ -166,7 +166,13 @@ def _event(event: Event, budget: Budget | None = None) -> dict[str, Any]:
     if budget is not None:
         data = budget.value(event.data, f"read_event seq={event.seq}")
     out = {"seq": event.seq, "type": event.type, "data": data}
-    return out if event.author is None else {**out, "author": event.author}
+    if event.author is not None:
+        out["author"] = event.author
+    if event.to:
+        out["to"] = list(event.to)
+    if event.to_roles:
+        out["to_roles"] = list(event.to_roles)
+    return out
 
 
 class ToolsBase:

@@ -26,6 +26,8 @@ from agentrooms.server.mcp.tools.base import (
 from agentrooms.server.models import MAX_INT, NAME_PATTERN
 from agentrooms.store.types import Event
 
+Addressee = Annotated[str, Field(max_length=128)]  # a name: the library checks it
+
 
 class EventTools(ToolsBase):
     """The event log."""
@@ -41,6 +43,9 @@ class EventTools(ToolsBase):
             bool,
             Field(description="skip to the newest event, reading none"),
         ] = False,
+        inbox: Annotated[
+            bool, Field(description="only those addressed to you or your role")
+        ] = False,
     ) -> CallToolResult:
         """Events after your cursor, oldest first ({seq, type, data, author}), waiting up
         to wait s for one; each is returned once (explicit: until ack_events). more=true:
@@ -49,21 +54,29 @@ class EventTools(ToolsBase):
         async def body(principal: Principal, r: Room) -> Body:
             agent = principal.agent
             if skip_to_latest:
-                return {"events": [], "cursor": await r.events.resync(agent)}
+                return {"events": [], "cursor": await r.events.resync(agent, inbox=inbox)}
 
             ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
+            roles = [] if principal.role is None else [principal.role]
+            more = False
 
-            async def once() -> tuple[list[Event] | None, None]:
-                return (await r.events.read_new(agent, limit, ack=ack) or None), None
+            async def once() -> tuple[list[Event] | None, float | None]:
+                nonlocal more
+                if not inbox:
+                    return (await r.events.read_new(agent, limit, ack=ack) or None), None
+                page = await r.events.read_inbox(agent, roles, limit, ack=ack)
+                more = page.more
+                return (page.events or None), (0.0 if page.more else None)
 
             events = await self._until(r, wait, once)
-            if not events or explicit:
-                cursor = await r.events.cursor(agent)
+            if not events or explicit or inbox:
+                cursor = await r.events.cursor(agent, inbox=inbox)
                 if not events:
-                    return {"events": [], "cursor": cursor}
+                    return {"events": [], "cursor": cursor, "more": more or None}
             else:
                 cursor = events[-1].seq
-            more = len(events) == limit and await r.store.last_seq(r.name) > events[-1].seq
+            if not inbox:
+                more = len(events) == limit and await r.store.last_seq(r.name) > events[-1].seq
             budget = Budget(self.limits.max_result_bytes)
             listed = [_event(e, budget) for e in events]
             return {"events": listed, "cursor": cursor, "more": more or None}
@@ -75,12 +88,13 @@ class EventTools(ToolsBase):
         room: RoomArg,
         seq: Annotated[int, Field(ge=0, le=MAX_INT, description="last one handled")],
         ctx: Context[Any, Any],
+        inbox: Annotated[bool, Field(description="of inbox reads")] = False,
     ) -> CallToolResult:
         """After read_new_events explicit=true: mark events up to seq handled (your
         cursor moves forward only)."""
 
         async def body(principal: Principal, r: Room) -> Body:
-            return {"cursor": await r.events.ack(principal.agent, seq)}
+            return {"cursor": await r.events.ack(principal.agent, seq, inbox=inbox)}
 
         return await self.run(ctx, room, "events:read", body, "events")
 
@@ -93,13 +107,20 @@ class EventTools(ToolsBase):
         ],
         ctx: Context[Any, Any],
         data: Annotated[JsonValue, Field(description="JSON")] = None,
+        to: Annotated[
+            list[Addressee], Field(max_length=100, description="inbox of these agents")
+        ] = [],  # noqa: B006
+        to_roles: Annotated[list[Addressee], Field(max_length=100, description="and roles")] = [],  # noqa: B006
         request_id: RequestId = None,
     ) -> CallToolResult:
-        """Append an event to the room's log for all to read; you are its author."""
+        """Append an event to the room's log for all to read; you are its author. to /
+        to_roles: also in those agents' and roles' inboxes."""
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
-            seq = await r.events.post(type, data, command_id=cmd, author=principal.agent)
+            seq = await r.events.post(
+                type, data, command_id=cmd, author=principal.agent, to=to, to_roles=to_roles
+            )
             return {"seq": seq}
 
         return await self.run(ctx, room, "events:write", body)

@@ -67,6 +67,7 @@ CREATE OR REPLACE FUNCTION transact(
     p_types       text[],
     p_datas       text[],
     p_authors     text[],
+    p_recipients  text[],
     OUT now               double precision,
     OUT versions          bigint[],
     OUT first_seqs        bigint[],
@@ -102,6 +103,7 @@ DECLARE
     v_types        text[] := '{}';  -- the events of the items applied, in order
     v_datas        text[] := '{}';
     v_authors      text[] := '{}';
+    v_recipients   text[] := '{}';
     v_offsets      bigint[] := array_fill(NULL::bigint, ARRAY[v_items]);
     v_first        bigint;
     v_key          record;
@@ -225,6 +227,8 @@ BEGIN
                 v_datas := v_datas || p_datas[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
                 v_authors := v_authors
                     || p_authors[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
+                v_recipients := v_recipients
+                    || p_recipients[p_app_bounds[i] + 1 : p_app_bounds[i + 1]];
             END IF;
         END LOOP;
         EXIT WHEN v_locked OR v_live_count = 0;
@@ -376,9 +380,10 @@ BEGIN
                 ON CONFLICT (room) DO UPDATE SET seq = r.seq + cardinality(v_types)
             RETURNING seq - cardinality(v_types) + 1 INTO v_first;
         END IF;
-        INSERT INTO events (room, seq, type, data, time, author)
-        SELECT p_room, v_first + e.i - 1, e.type, e.data, v_now, e.author
-          FROM unnest(v_types, v_datas, v_authors) WITH ORDINALITY AS e (type, data, author, i);
+        INSERT INTO events (room, seq, type, data, time, author, recipients)
+        SELECT p_room, v_first + e.i - 1, e.type, e.data, v_now, e.author, e.recipients
+          FROM unnest(v_types, v_datas, v_authors, v_recipients)
+               WITH ORDINALITY AS e (type, data, author, recipients, i);
         FOR i IN 1 .. v_items LOOP
             first_seqs[i] := v_first + v_offsets[i];
         END LOOP;

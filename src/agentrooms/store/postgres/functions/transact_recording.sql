@@ -24,6 +24,7 @@ CREATE OR REPLACE FUNCTION transact_recording(
     p_types        text[],
     p_datas        text[],
     p_authors      text[],
+    p_recipients   text[],
     p_outcome_keys text[],
     OUT now               double precision,
     OUT versions          bigint[],
@@ -48,7 +49,8 @@ BEGIN
       FROM transact(p_room, p_cmp_bounds, p_cmp_keys, p_cmp_kinds, p_cmp_args,
                     p_put_bounds, p_put_keys, p_put_values, p_put_ttls,
                     p_del_bounds, p_del_keys, p_set_bounds, p_set_names, p_set_members,
-                    p_set_kinds, p_app_bounds, p_types, p_datas, p_authors) AS t;
+                    p_set_kinds, p_app_bounds, p_types, p_datas, p_authors,
+                    p_recipients) AS t;
     FOR i IN 1 .. cardinality(p_outcome_keys) LOOP
         CONTINUE WHEN p_outcome_keys[i] IS NULL OR stale_at[i] IS NOT NULL
                    OR i = ANY (coalesce(conflict_items, '{}'));
