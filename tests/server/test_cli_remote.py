@@ -118,16 +118,16 @@ def test_a_room_worked_from_the_command_line(served: Served, where: str) -> None
     assert code == EXIT_REFUSED and err.startswith("version_conflict: ")
     assert ok("doc", "get", room, "spec", *at, token=token) == second
     assert [d["name"] for d in ok("doc", "list", room, *at, token=token)["documents"]] == ["spec"]
-    seq = ok("events", "post", room, "note", "--data", '{"hi": true}', *at, token=token)["seq"]
+    seq = ok("events", "post", room, "note", "--data", '{"hi": true}', *me, *at, token=token)["seq"]
     events = ok("events", "log", room, "--after", str(seq - 1), *at, token=token)["events"]
     assert [(e["seq"], e["type"], e["data"]) for e in events] == [(seq, "note", {"hi": True})]
     # an addressed event reaches the token agent's inbox, once
-    ok("events", "post", room, "task", "--to", "alice", *at, token=token)
-    inbox = ok("events", "read", room, "--inbox", *at, token=token)
+    ok("events", "post", room, "task", "--to", "alice", *me, *at, token=token)
+    inbox = ok("events", "read", room, "--inbox", *me, *at, token=token)
     assert [(e["type"], e["to"], e["author"]) for e in inbox["events"]] == [
         ("task", ["alice"], "alice")
     ]
-    assert ok("events", "read", room, "--inbox", *at, token=token)["events"] == []
+    assert ok("events", "read", room, "--inbox", *me, *at, token=token)["events"] == []
     seq += 1
     code, out, err = run("tail", room, "--after", str(seq - 1), "--count", "1", "--json", *at,
                          token=token)  # fmt: skip
