@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -38,7 +40,7 @@ segment = st.lists(st.sampled_from("abx"), min_size=1, max_size=4).map("".join)
 path = st.lists(segment, min_size=1, max_size=5).map("/".join)
 
 
-def instance(draw: st.DrawFn, p: str) -> str:
+def instance(draw: Callable[[st.SearchStrategy[Any]], Any], p: str) -> str:
     """A path that matches ``p``, its wildcards filled at random."""
     out: list[str] = []
     for seg in p.split("/"):
