@@ -11,7 +11,8 @@ from agentrooms.server.mcp import build_mcp
 from agentrooms.store import Store
 
 # #26 item 6 aims at 4,000 with scope filtering and profiles; this is the ceiling until then
-TOKEN_BUDGET = 4_500
+# (4,500 before the three path tools of item 5, which list in about 460)
+TOKEN_BUDGET = 4_950
 
 
 async def test_the_tool_list_fits_its_token_budget(store: Store) -> None:

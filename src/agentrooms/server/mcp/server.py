@@ -29,6 +29,7 @@ from agentrooms.server.auth import SCOPES, AuthConfig, Principal
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, validation_hint
+from agentrooms.server.mcp.paths_tools import PathTools
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
 from agentrooms.server.mcp.tools import CHANGES, DESTRUCTIVE, IDEMPOTENT, READ_ONLY, RoomTools
 from agentrooms.store.base import Store
@@ -89,7 +90,7 @@ class AgentroomsMCP(MCPServer[Any]):
 
     def _strict_tools(self) -> list[Tool]:
         """The tools, each with strict arguments (:mod:`.arguments`)."""
-        t = self.tools
+        t, p = self.tools, PathTools(self.tools)
         table: list[tuple[Callable[..., Any], ToolAnnotations]] = [
             (t.list_rooms, READ_ONLY),
             (t.join_room, IDEMPOTENT),
@@ -113,6 +114,9 @@ class AgentroomsMCP(MCPServer[Any]):
             (t.acquire_lock, CHANGES),
             (t.extend_lock, IDEMPOTENT),
             (t.release_lock, IDEMPOTENT),
+            (p.reserve_paths, CHANGES),
+            (p.release_paths, IDEMPOTENT),
+            (p.check_paths, READ_ONLY),
         ]
         return [strict_tool(fn, hints, self.limits) for fn, hints in table]
 
