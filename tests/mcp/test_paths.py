@@ -68,11 +68,14 @@ async def test_paths_over_streamable_http(sqlite_backend: Backend, room: str) ->
     scopes = ["rooms:read", "locks:write"]
     alice = (await mint(store, "alice", rooms=[room], scopes=scopes)).token
     reader = (await mint(store, "bob", rooms=[room], scopes=["rooms:read"])).token
-    async with http_server(store, auth=AuthConfig()) as url:
-        async with http_client(url, bearer(alice)) as a, http_client(url, bearer(reader)) as b:
-            held = ok(await call(a, "reserve_paths", room=room, paths=["lib/*.py"]))
-            found = ok(await call(b, "check_paths", room=room, paths=["lib/x.py"]))
-            assert [c["holder"] for c in found["conflicts"]] == ["alice"]
-            err(await call(b, "reserve_paths", room=room, paths=["doc"]), "forbidden")
-            done = ok(await call(a, "release_paths", room=room, reservation=held["id"]))
-            assert done == {"released": True}
+    async with (
+        http_server(store, auth=AuthConfig()) as url,
+        http_client(url, bearer(alice)) as a,
+        http_client(url, bearer(reader)) as b,
+    ):
+        held = ok(await call(a, "reserve_paths", room=room, paths=["lib/*.py"]))
+        found = ok(await call(b, "check_paths", room=room, paths=["lib/x.py"]))
+        assert [c["holder"] for c in found["conflicts"]] == ["alice"]
+        err(await call(b, "reserve_paths", room=room, paths=["doc"]), "forbidden")
+        done = ok(await call(a, "release_paths", room=room, reservation=held["id"]))
+        assert done == {"released": True}
