@@ -23,7 +23,7 @@ async def test_reserve_conflict_renew_release_and_loss(store: Store, room: str) 
         Client(build_mcp(store, agent="alice")) as a,
         Client(build_mcp(store, agent="bob")) as b,
     ):
-        mine = ok(await call(a, "reserve_paths", room=room, paths=["src/**"], ttl=0.4))
+        mine = ok(await call(a, "reserve_paths", room=room, paths=["src/**"], ttl=30))
         assert set(mine) == {"id", "fence", "expires_at"}
         ok(await call(b, "reserve_paths", room=room, paths=["docs/*.md"]))  # disjoint
         refused = err(
