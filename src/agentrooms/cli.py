@@ -42,6 +42,7 @@ from agentrooms.cli_common import (
     say,
     shown_url,
 )
+from agentrooms.cli_paths import paths_app
 from agentrooms.cli_rooms import plan_app, rooms_app, tail, tokens_app
 from agentrooms.cli_serve import _banner, bench, demo, doctor, mcp, migrate, serve
 from agentrooms.cli_status import status
@@ -102,6 +103,7 @@ def _options(
 app.add_typer(rooms_app, name="rooms")
 app.add_typer(plan_app, name="plan")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(paths_app, name="paths")
 app.command()(torture)  # agentrooms/cli_torture.py
 app.command()(serve)
 app.command()(mcp)
