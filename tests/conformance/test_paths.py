@@ -13,7 +13,8 @@ import pytest
 from agentrooms.errors import BadRequest, NotFound, PathsLost, PathsReserved
 from agentrooms.rooms import Room, Rooms, globs
 from agentrooms.rooms.paths import Reservation
-from agentrooms.store import Store
+from agentrooms.store import Store, open_store
+from tests.conftest import Backend
 
 
 @pytest.fixture
@@ -129,26 +130,47 @@ async def test_bad_patterns_are_refused(room: Room) -> None:
         await Room(room.store, "no-such-room").paths.reserve(["a"], "alice")
 
 
-async def test_racing_agents_never_hold_overlapping_exclusive_grants(room: Room) -> None:
+async def test_racing_agents_never_hold_overlapping_exclusive_grants(
+    room: Room, backend: Backend
+) -> None:
+    """Six agents on three store handles race on overlapping sets; after every grant the
+    live reservations are checked pairwise."""
     sets = [["src/**"], ["src/a.py", "docs/x.md"], ["docs/*.md"], ["src/*.py"], ["lib/*"]]
     granted: list[Reservation] = []
+    refused: list[str] = []
+
+    handles = [await _handle(backend, room.store) for _ in range(3)]
 
     async def agent(n: int) -> None:
-        for i in range(6):
+        mine = Room(handles[n % 3], room.name)
+        for i in range(8):
             try:
-                r = await room.paths.reserve(sets[(n + i) % len(sets)], f"agent{n}", ttl=30)
-            except PathsReserved:
+                r = await mine.paths.reserve(sets[(n + i) % len(sets)], f"agent{n}", ttl=30)
+            except PathsReserved as exc:
+                refused.append(exc.holder)
                 continue
             granted.append(r)
-            await asyncio.sleep(0.001)
+            _no_overlap(await mine.paths.held())
             if i % 2:
-                await room.paths.release(r.id, r.owner)
-                granted.remove(r)
-            _no_overlap(await room.paths.held())
+                assert await mine.paths.release(r.id, r.owner)
 
     await asyncio.gather(*(agent(n) for n in range(6)))
     _no_overlap(await room.paths.held())
-    assert granted  # some were granted
+    assert granted and refused
+    fences = [r.fence for r in granted]
+    assert len(set(fences)) == len(fences)  # one fencing token per grant
+
+
+async def _handle(backend: Backend, store: Store) -> Store:
+    """Another handle on the backend's data (a small pool: the server is shared)."""
+    if not backend.shared_across_processes:
+        return store
+    url = backend.url
+    if backend.name == "postgres":
+        url += ("&" if "?" in url else "?") + "pool_size=2"
+    opened = await open_store(url)
+    backend._opened.append(opened)
+    return opened
 
 
 def _no_overlap(held: list[Reservation]) -> None:
