@@ -137,7 +137,7 @@ async def test_racing_agents_never_hold_overlapping_exclusive_grants(
     live reservations are checked pairwise."""
     sets = [["src/**"], ["src/a.py", "docs/x.md"], ["docs/*.md"], ["src/*.py"], ["lib/*"]]
     granted: list[Reservation] = []
-    refused: list[str] = []
+    refused: list[str | None] = []
 
     handles = [await _handle(backend, room.store) for _ in range(3)]
 
