@@ -24,13 +24,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from agentrooms import Rooms, open_store
 from agentrooms.errors import PathsReserved
-from agentrooms.rooms import Room
+from agentrooms.rooms import Reservation, Room
 from agentrooms.store import ScanPage, Store
 from common import machine, ms, store_url
 
@@ -63,44 +62,60 @@ class Counted:
         store.scan = scan  # type: ignore[method-assign]
 
 
-async def timed(rounds: int, call: Callable[[int], Awaitable[object]]) -> float:
-    times = []
-    for n in range(rounds):
-        t0 = time.perf_counter()
-        await call(n)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+class Arms:
+    """The timed operations on one room of ``count`` reservations."""
 
+    def __init__(self, room: Room, count: int) -> None:
+        self.paths, self.count = room.paths, count
+        self.grants: list[Reservation] = []
 
-async def measure(store: Store, count: int, rounds: int) -> dict[str, float]:
-    room = await Rooms(store).create(f"paths-{count}")
-    await seed(room, count)
-    paths, grants = room.paths, []
-    counted = Counted(store)
+    async def reserve(self, n: int) -> None:
+        self.grants.append(await self.paths.reserve([f"new/{n}/*.py"], "bench", ttl=600))
 
-    async def reserve(n: int) -> None:
-        grants.append(await paths.reserve([f"new/{n}/*.py"], "bench", ttl=600))
-
-    async def refused(n: int) -> None:
+    async def refused(self, n: int) -> None:
         try:
-            await paths.reserve([f"{held_dir(n, count)}/src/a.py"], "bench")
+            await self.paths.reserve([f"{held_dir(n, self.count)}/src/a.py"], "bench")
         except PathsReserved:
             return
         raise AssertionError("a reservation of a held path was granted")
 
-    async def release(n: int) -> None:
-        assert await paths.release(grants[n].id, "bench")
+    async def release(self, n: int) -> None:
+        assert await self.paths.release(self.grants[n].id, "bench")
 
-    async def check(n: int) -> None:
-        base = held_dir(n, count)
-        assert await paths.check([f"{base}/src/m{k}.py" for k in range(10)], "bench")
+    async def check(self, n: int) -> None:
+        base = held_dir(n, self.count)
+        assert await self.paths.check([f"{base}/src/m{k}.py" for k in range(10)], "bench")
 
-    before = counted.read
-    out = {"reserve": await timed(rounds, reserve)}
-    out["records read"] = (counted.read - before) / rounds
-    out["refused"] = await timed(rounds, refused)
-    out["release"] = await timed(rounds, release)
-    out["check 10"] = await timed(rounds, check)
+
+ARMS = ("reserve", "refused", "release", "check")
+NAMES = {"reserve": "reserve", "refused": "refused", "release": "release", "check": "check 10"}
+
+
+async def measure(store: Store, sizes: list[int], rounds: int) -> dict[int, dict[str, float]]:
+    """Seed a room per size, then time each arm round-robin over the sizes (so that a
+    noisy moment of a shared machine falls on every size alike)."""
+    arms: dict[int, Arms] = {}
+    for size in sizes:
+        room = await Rooms(store).create(f"paths-{size}")
+        await seed(room, size)
+        arms[size] = Arms(room, size)
+    await Arms(await Rooms(store).create("paths-warm"), 1).reserve(0)
+    counted = Counted(store)
+    times: dict[int, dict[str, list[float]]] = {s: {a: [] for a in ARMS} for s in sizes}
+    read = dict.fromkeys(sizes, 0)
+    for arm in ARMS:
+        for n in range(rounds):
+            for size in sizes:
+                before = counted.read
+                t0 = time.perf_counter()
+                await getattr(arms[size], arm)(n)
+                times[size][arm].append(time.perf_counter() - t0)
+                if arm == "reserve":
+                    read[size] += counted.read - before
+    out = {}
+    for size in sizes:
+        out[size] = {NAMES[a]: statistics.median(times[size][a]) for a in ARMS}
+        out[size]["records read"] = read[size] / rounds
     return out
 
 
@@ -108,13 +123,11 @@ async def main(args: argparse.Namespace) -> None:
     print(machine())
     sizes = [int(s) for s in args.sizes.split(",")]
     for backend in args.backends.split(","):
-        results: dict[int, dict[str, float]] = {}
         with tempfile.TemporaryDirectory() as tmp:
             async with store_url(backend, Path(tmp), "paths") as url:
                 store = await open_store(url)
                 try:
-                    for size in sizes:
-                        results[size] = await measure(store, size, args.rounds)
+                    results = await measure(store, sizes, args.rounds)
                 finally:
                     await store.close()
         print(f"\n{backend}: milliseconds, medians of {args.rounds} rounds, by reservations held")
