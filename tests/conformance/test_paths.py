@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,33 @@ def _no_overlap(held: list[Reservation]) -> None:
             continue
         for p, q in itertools.product(a.patterns, b.patterns):
             assert not globs.overlap(p, q), (a, b)
+
+
+async def test_a_grant_reads_only_the_index_it_could_overlap(room: Room) -> None:
+    for i in range(30):
+        await room.paths.reserve([f"pkg{i}/**", f"pkg{i}/src/*.py"], f"agent{i}")
+    await room.paths.reserve(["src/*.py"], "root")
+    scans: list[tuple[str, int]] = []
+    scan = room.store.scan
+
+    async def counted(r: str, prefix: str = "", after: str | None = None, limit: int = 100) -> Any:
+        page = await scan(r, prefix, after, limit)
+        scans.append((prefix, len(page.records)))
+        return page
+
+    room.store.scan = counted  # type: ignore[method-assign,assignment]
+    try:
+        await room.paths.reserve(["new/deep/x.py"], "bench")
+        assert sum(n for _, n in scans) == 0  # nothing under pkg*/ or src/ was read
+        assert sorted(p for p, _ in scans) == [
+            "pathx/*",
+            "pathx/new/*",
+            "pathx/new/deep/*",
+            "pathx/new/deep/x.py/",
+        ]
+        scans.clear()
+        with pytest.raises(PathsReserved):
+            await room.paths.reserve(["pkg7/src/a.py"], "bench")
+        assert sum(n for _, n in scans) == 2  # pkg7's two patterns, nothing of the others
+    finally:
+        del room.store.scan
