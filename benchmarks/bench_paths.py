@@ -7,7 +7,9 @@ with that many live reservations by distinct agents (a third each ``pkg<i>/**``,
 * ``reserve``: a grant of a fresh disjoint pattern ``new/<n>/*.py``;
 * ``refused``: a reservation of ``pkg<i>/src/a.py`` that overlaps a held ``pkg<i>/**``;
 * ``release``: releasing the grant of that round;
-* ``check 10``: ``check`` of ten staged paths under ``pkg<i>/`` (a commit hook's call).
+* ``check 10``: ``check`` of ten staged paths under ``pkg<i>/`` (a commit hook's call);
+* ``lock (baseline)``: ``try_acquire`` of a free named lock in the same room, a write
+  of about the same size for comparison.
 
 Also counted: the index records the grant's scans read (``records read``), which should
 not grow with the number held. Reported: medians, and the 10,000 / 10 ratio.
@@ -66,7 +68,7 @@ class Arms:
     """The timed operations on one room of ``count`` reservations."""
 
     def __init__(self, room: Room, count: int) -> None:
-        self.paths, self.count = room.paths, count
+        self.room, self.paths, self.count = room, room.paths, count
         self.grants: list[Reservation] = []
 
     async def reserve(self, n: int) -> None:
@@ -82,13 +84,22 @@ class Arms:
     async def release(self, n: int) -> None:
         assert await self.paths.release(self.grants[n].id, "bench")
 
+    async def lock(self, n: int) -> None:
+        await self.room.locks.try_acquire(f"lock-{n}", "bench")
+
     async def check(self, n: int) -> None:
         base = held_dir(n, self.count)
         assert await self.paths.check([f"{base}/src/m{k}.py" for k in range(10)], "bench")
 
 
-ARMS = ("reserve", "refused", "release", "check")
-NAMES = {"reserve": "reserve", "refused": "refused", "release": "release", "check": "check 10"}
+ARMS = ("reserve", "refused", "release", "check", "lock")
+NAMES = {
+    "reserve": "reserve",
+    "refused": "refused",
+    "release": "release",
+    "check": "check 10",
+    "lock": "lock (baseline)",
+}
 
 
 async def measure(store: Store, sizes: list[int], rounds: int) -> dict[int, dict[str, float]]:
