@@ -142,16 +142,16 @@ async def main(args: argparse.Namespace) -> None:
                 finally:
                     await store.close()
         print(f"\n{backend}: milliseconds, medians of {args.rounds} rounds, by reservations held")
-        print(f"  {'':14s}" + "".join(f"{s:>10}" for s in sizes) + "     ratio")
+        print(f"  {'':16s}" + "".join(f"{s:>10}" for s in sizes) + "     ratio")
         for name in results[sizes[0]]:
             row = [results[s][name] for s in sizes]
             cells = "".join(
                 f"{v:>10.1f}" if name == "records read" else f"{ms(v):>10}" for v in row
             )
             print(
-                f"  {name:14s}{cells}  {row[-1] / row[0]:8.2f}"
+                f"  {name:16s}{cells}  {row[-1] / row[0]:8.2f}"
                 if row[0]
-                else f"  {name:14s}{cells}"
+                else f"  {name:16s}{cells}"
             )
 
 

@@ -16,7 +16,7 @@ appends ``paths.expired`` naming it) instead of it vanishing unseen; ``renew`` o
 lapsed, reclaimed or released reservation raises ``PathsLost``. Grants and releases
 append ``paths.reserved`` / ``paths.released``.
 
-Why it is built this way: docs/how-to-paths.md ("How it works").
+Why it is built this way: docs/why-paths.md.
 """
 
 from __future__ import annotations
