@@ -210,3 +210,14 @@ async def test_a_grant_reads_only_the_index_it_could_overlap(room: Room) -> None
         assert sum(n for _, n in scans) == 2  # pkg7's two patterns, nothing of the others
     finally:
         del room.store.scan
+
+
+async def test_only_an_overlapping_grant_reclaims_a_lapsed_reservation(room: Room) -> None:
+    old = await room.paths.reserve(["docs/**"], "alice", ttl=0.2, mode="shared")
+    await asyncio.sleep(0.4)
+    await room.paths.reserve(["docs/a.md"], "bob", mode="shared")  # shared/shared: no clash
+    await room.paths.reserve(["src/a.py"], "bob")  # elsewhere
+    assert "paths.expired" not in await _types(room)
+    await room.paths.reserve(["docs/b.md"], "carol")
+    log = await room.store.read_log(room.name, 0, 1000)
+    assert [e.data["id"] for e in log if e.type == "paths.expired"] == [old.id]

@@ -195,7 +195,7 @@ class Paths:
                 conflict.reservation,
                 conflict.mode,
             )
-        lapsed = [r for r, now in entries if r.value["until"] <= now]
+        lapsed = [r for r, now in entries if r.value["until"] <= now and _clashes(claim, r)]
         compares, writes, appends = await self._reclaim(lapsed, claim.owner)
         fence = 0 if counter is None else int(counter.value["fence"])
         seen = None if counter is None else counter.version
@@ -346,7 +346,7 @@ def _conflicts(
     """Each live index record in ``entries`` that conflicts with a pattern of ``claim``."""
     for record, now in entries:
         held = record.value
-        if held["until"] <= now or (claim.mode == SHARED and held["mode"] == SHARED):
+        if held["until"] <= now or not _clashes(claim, record):
             continue
         for pattern in claim.patterns:
             if globs.overlap(pattern, held["pattern"]):
@@ -361,6 +361,14 @@ def _conflicts(
                     ),
                     record,
                 )
+
+
+def _clashes(claim: _Claim, record: Record) -> bool:
+    """Whether index record ``record`` would refuse ``claim`` while it is held."""
+    held = record.value
+    if claim.mode == SHARED and held["mode"] == SHARED:
+        return False
+    return any(globs.overlap(p, held["pattern"]) for p in claim.patterns)
 
 
 def _mine(record: Record | None, rid: str, owner: str, now: float) -> Record:
