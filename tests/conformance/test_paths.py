@@ -221,3 +221,17 @@ async def test_only_an_overlapping_grant_reclaims_a_lapsed_reservation(room: Roo
     await room.paths.reserve(["docs/b.md"], "carol")
     log = await room.store.read_log(room.name, 0, 1000)
     assert [e.data["id"] for e in log if e.type == "paths.expired"] == [old.id]
+
+
+async def test_hold_renews_releases_and_cancels_the_body_on_loss(room: Room) -> None:
+    async with room.paths.hold(["src/**"], "alice", ttl=0.3) as held:
+        await asyncio.sleep(0.5)  # past the ttl: the background renewals keep it
+        assert [r.id for r in await room.paths.held()] == [held.id]
+    assert await room.paths.held() == []  # released on the way out
+    reached = False
+    with pytest.raises(PathsLost):
+        async with room.paths.hold(["docs/**"], "alice", ttl=0.3) as held:
+            assert await room.paths.release(held.id, "alice")  # lost under the body
+            await asyncio.sleep(5)
+            reached = True
+    assert not reached

@@ -22,10 +22,11 @@ Why it is built this way: docs/why-paths.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from agentrooms.errors import (
     ContentionExhausted,
     PathsLost,
     PathsReserved,
+    StoreUnavailable,
     VersionConflict,
 )
 from agentrooms.rooms import globs, keys
@@ -140,6 +142,57 @@ class Paths:
         ``False`` (nothing released) if it had lapsed, was gone or is another owner's."""
         keys.check_name(owner, "owner")
         return await self._retrying(lambda: self._release(_id(reservation), owner))
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self,
+        patterns: Sequence[str],
+        owner: str,
+        *,
+        mode: str = EXCLUSIVE,
+        ttl: float = DEFAULT_TTL,
+    ) -> AsyncIterator[Reservation]:
+        """Reserve ``patterns`` (``PathsReserved`` as :meth:`reserve`), renew the
+        reservation every ``ttl / 3`` seconds while the body runs, and release it after.
+
+        If a renewal finds it lost (``PathsLost``), the body is cancelled at once and
+        ``PathsLost`` is raised from this block: what it did is unprotected. Transport
+        failures of a renewal are retried at the next turn."""
+        held = await self.reserve(patterns, owner, mode=mode, ttl=ttl)
+        body = asyncio.current_task()
+        assert body is not None
+        lost: list[PathsLost] = []
+
+        async def renew_forever() -> None:
+            while True:
+                await asyncio.sleep(held.ttl / 3)
+                try:
+                    await self.renew(held.id, owner)
+                except StoreUnavailable:
+                    continue
+                except PathsLost as exc:
+                    lost.append(exc)
+                    body.cancel()
+                    return
+
+        renewer = asyncio.create_task(renew_forever())
+        failed = True
+        try:
+            yield held
+            failed = False
+        except asyncio.CancelledError:
+            if lost and body.uncancel() == 0:
+                raise lost[0] from None
+            raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            if not lost and failed:
+                with contextlib.suppress(Exception):  # (it lapses by itself otherwise)
+                    await asyncio.shield(self.release(held.id, owner))
+            elif not lost:
+                await self.release(held.id, owner)
 
     async def check(
         self, patterns: Sequence[str], agent: str, *, mode: str = EXCLUSIVE
