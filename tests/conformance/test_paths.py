@@ -224,8 +224,8 @@ async def test_only_an_overlapping_grant_reclaims_a_lapsed_reservation(room: Roo
 
 
 async def test_hold_renews_releases_and_cancels_the_body_on_loss(room: Room) -> None:
-    async with room.paths.hold(["src/**"], "alice", ttl=0.3) as held:
-        await asyncio.sleep(0.5)  # past the ttl: the background renewals keep it
+    async with room.paths.hold(["src/**"], "alice", ttl=1.2) as held:
+        await asyncio.sleep(1.6)  # past the ttl: the background renewals keep it
         assert [r.id for r in await room.paths.held()] == [held.id]
     assert await room.paths.held() == []  # released on the way out
     reached = False
