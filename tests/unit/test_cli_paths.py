@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from agentrooms.cli import EXIT_OK, EXIT_REFUSED, app
 from agentrooms.rooms import Rooms
 from agentrooms.store import open_store
+from tests.conftest import unavailable
 
 runner = CliRunner()
 
@@ -64,8 +65,9 @@ def test_reserve_check_list_release(url: str) -> None:
     assert code == EXIT_OK and out.startswith("released")
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_pre_commit_hook_refuses_then_allows(url: str, tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        unavailable("git")
     repo = tmp_path / "repo"
     repo.mkdir()
     env = {
