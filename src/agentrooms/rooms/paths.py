@@ -156,8 +156,8 @@ class Paths:
         reservation every ``ttl / 3`` seconds while the body runs, and release it after.
 
         If a renewal finds it lost (``PathsLost``), the body is cancelled at once and
-        ``PathsLost`` is raised from this block: what it did is unprotected. Transport
-        failures of a renewal are retried at the next turn."""
+        ``PathsLost`` is raised from this block: what it did is unprotected. A renewal
+        that fails in transport or contention is tried again at the next turn."""
         held = await self.reserve(patterns, owner, mode=mode, ttl=ttl)
         body = asyncio.current_task()
         assert body is not None
@@ -168,7 +168,7 @@ class Paths:
                 await asyncio.sleep(held.ttl / 3)
                 try:
                     await self.renew(held.id, owner)
-                except StoreUnavailable:
+                except (StoreUnavailable, ContentionExhausted):
                     continue
                 except PathsLost as exc:
                     lost.append(exc)
