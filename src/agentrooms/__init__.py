@@ -17,6 +17,8 @@ from agentrooms.errors import (
     LeaseHeld,
     LockHeld,
     NotFound,
+    PathsLost,
+    PathsReserved,
     PayloadTooLarge,
     RateLimited,
     RequestError,
@@ -34,7 +36,7 @@ from agentrooms.retry import (
     NoBackoff,
     RetryPolicy,
 )
-from agentrooms.rooms import Lease, Lock, Room, Rooms, TaskSpec
+from agentrooms.rooms import Lease, Lock, Reservation, Room, Rooms, TaskSpec
 from agentrooms.store import (
     Absent,
     Append,
@@ -88,12 +90,15 @@ __all__ = [
     "Metrics",
     "NoBackoff",
     "NotFound",
+    "PathsLost",
+    "PathsReserved",
     "PayloadTooLarge",
     "Present",
     "Put",
     "RateLimited",
     "Record",
     "RequestError",
+    "Reservation",
     "RetryPolicy",
     "Room",
     "Rooms",

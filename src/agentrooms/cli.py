@@ -43,6 +43,7 @@ from agentrooms.cli_common import (
     shown_url,
 )
 from agentrooms.cli_events import events_app
+from agentrooms.cli_paths import paths_app
 from agentrooms.cli_rooms import plan_app, rooms_app, tail, tokens_app
 from agentrooms.cli_serve import _banner, bench, demo, doctor, mcp, migrate, serve
 from agentrooms.cli_status import status
@@ -109,6 +110,7 @@ app.add_typer(doc_app, name="doc")
 app.add_typer(events_app, name="events")  # agentrooms/cli_events.py: also remotely
 app.add_typer(presence_app, name="presence")
 app.add_typer(locks_app, name="locks")
+app.add_typer(paths_app, name="paths")
 app.command()(torture)  # agentrooms/cli_torture.py
 app.command()(serve)
 app.command()(mcp)

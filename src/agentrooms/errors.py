@@ -5,12 +5,14 @@ The tree::
     AgentroomsError                      root; ``code`` and ``http_status`` on every kind
      ├── VersionConflict                 another valid write won: re-read, recompute, retry
      ├── StaleFence                      your fencing token is old: discard the work
+     │    └── PathsLost                  your path reservation lapsed or was released
      ├── InvalidTransition               the event is not valid for the state: stop, report
      ├── ContentionExhausted             retries hit their bound: give up or requeue
      ├── IdempotencyMismatch             a command id was reused with another payload
      ├── Held                            someone else holds it: wait or pick other work
      │    ├── LeaseHeld
-     │    └── LockHeld
+     │    ├── LockHeld
+     │    └── PathsReserved              another reservation overlaps the paths asked for
      ├── RateLimited                     a limit declined the call: wait ``retry_after``
      ├── StoreUnavailable                transport/store failure, outcome may be unknown:
      │    │                              retry the *same* idempotent command
@@ -46,6 +48,8 @@ __all__ = [
     "LeaseHeld",
     "LockHeld",
     "NotFound",
+    "PathsLost",
+    "PathsReserved",
     "PayloadTooLarge",
     "RateLimited",
     "RequestError",
@@ -100,6 +104,21 @@ class StaleFence(AgentroomsError):
         return {"key": self.key, "fence": self.fence, "current": self.current}
 
 
+class PathsLost(StaleFence):
+    """A path reservation is no longer held (it lapsed, or was released or reclaimed):
+    what was done under it is unprotected. Reserve again and check your work."""
+
+    code = "paths_lost"
+
+    def __init__(self, reservation: str, fence: int, message: str) -> None:
+        self.reservation = reservation
+        AgentroomsError.__init__(self, message)
+        self.key, self.fence, self.current = f"paths/{reservation}", fence, None
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "reservation": self.reservation}
+
+
 class InvalidTransition(AgentroomsError):
     """The event is not valid for the current state; retrying will not help."""
 
@@ -150,6 +169,28 @@ class LeaseHeld(Held):
 
 class LockHeld(Held):
     code = "lock_held"
+
+
+class PathsReserved(Held):
+    """A reservation of other paths overlaps one asked for: ``name`` is the pattern asked
+    for, ``holder`` the other reservation's owner, ``pattern`` its overlapping pattern,
+    ``reservation`` its id and ``mode`` its mode."""
+
+    code = "paths_reserved"
+
+    def __init__(self, name: str, holder: str, pattern: str, reservation: str, mode: str) -> None:
+        self.pattern, self.reservation, self.mode = pattern, reservation, mode
+        super().__init__(
+            name, holder, f"{name!r} overlaps {pattern!r}, reserved {mode} by {holder!r}"
+        )
+
+    def details(self) -> dict[str, Any]:
+        return {
+            **super().details(),
+            "pattern": self.pattern,
+            "reservation": self.reservation,
+            "mode": self.mode,
+        }
 
 
 class RateLimited(AgentroomsError):

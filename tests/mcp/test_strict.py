@@ -168,7 +168,7 @@ def schemas(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 async def test_schemas_publish_every_limit(store: Store) -> None:
     async with Client(build_mcp(store, agent="alice", limits=LIMITS)) as client:
         tools = (await client.list_tools()).tools
-    assert len(tools) == 23
+    assert len(tools) == 26
     json_values = 0
     for tool in tools:
         schema = tool.input_schema

@@ -35,10 +35,11 @@ READ_TOOLS = {
     "list_documents",
     "read_document",
     "list_locks",
+    "check_paths",
 }
 DESTRUCTIVE = {"cancel_task", "delete_document"}
 IDEMPOTENT = {"join_room", "heartbeat", "renew_lease", "ack_events", "extend_lock"}
-IDEMPOTENT |= {"release_lock"}
+IDEMPOTENT |= {"release_lock", "release_paths"}
 
 
 def tokens(tools: list[Tool]) -> int:

@@ -53,13 +53,14 @@ class World:
     fence: int
     lock_token: str
     lock_fence: int
+    reservation: str = ""
 
 
 async def seed(store: Store) -> World:
     tag = uuid.uuid4().hex[:8]
     alpha, beta, ghost = f"alpha-{tag}", f"beta-{tag}", f"ghost-{tag}"
     rooms = Rooms(store)
-    fence, lock_token, lock_fence = 0, "", 0
+    fence, lock_token, lock_fence, reservation = 0, "", 0, ""
     for name in (alpha, beta):
         room = await rooms.create(name)
         await room.plan.add([TaskSpec("t1"), TaskSpec("t2")])
@@ -69,9 +70,11 @@ async def seed(store: Store) -> World:
         lock = await room.locks.try_acquire("L", "alice", ttl=600)
         await room.events.post("note", {"n": 1})
         await room.presence.heartbeat("alice", ttl=600)
+        reserved = await room.paths.reserve(["src/**"], "alice", ttl=600)
         if name == alpha:
             fence, lock_token, lock_fence = lease.fence, lock.token, lock.fence
-    return World(alpha, beta, ghost, fence, lock_token, lock_fence)
+            reservation = reserved.id
+    return World(alpha, beta, ghost, fence, lock_token, lock_fence, reservation)
 
 
 def operations(w: World) -> list[Op]:
@@ -167,6 +170,18 @@ def operations(w: World) -> list[Op]:
         Op("release", "POST", f"{r}/locks/L/release", "locks:write", grant),
         Op("extend", "POST", f"{r}/locks/L/extend", "locks:write", grant),
         Op("requeue", "POST", f"{r}/locks/L/requeue", "locks:write", grant),
+        Op("list paths", "GET", f"{r}/paths", "rooms:read"),
+        Op("check paths", "POST", f"{r}/paths/check", "rooms:read", {"paths": ["src/a"]}),
+        Op(
+            "reserve paths",
+            "POST",
+            f"{r}/paths/reserve",
+            "locks:write",
+            {"paths": ["docs/*"], "agent": "alice"},
+            agent_in="body",
+        ),
+        Op("renew paths", "POST", f"{r}/paths/{w.reservation}/renew", "locks:write", {}),
+        Op("release paths", "POST", f"{r}/paths/{w.reservation}/release", "locks:write"),
     ]
 
 

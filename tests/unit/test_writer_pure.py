@@ -54,6 +54,8 @@ def test_the_codec_round_trips_every_write_kind() -> None:
             "appends": [],
         },
         {"when": [], "writes": [{"op": "delete", "key": "lockfence/writer.main"}], "appends": []},
+        {"when": [], "writes": [{"op": "delete", "key": "pathx/src/*r1.0"}], "appends": []},
+        {"when": [], "writes": [{"op": "put", "key": "pathfence", "value": 1}], "appends": []},
         {"when": [], "writes": [{"op": "put", "key": "_archived", "value": True}], "appends": []},
     ],
 )

@@ -3,6 +3,7 @@
 from agentrooms.rooms.documents import Document, Documents
 from agentrooms.rooms.events import Events, InboxPage
 from agentrooms.rooms.locks import Lock, LockInfo, Locks
+from agentrooms.rooms.paths import PathConflict, Paths, Reservation
 from agentrooms.rooms.plan import Lease, LeaseKeeper, Plan, Task, TaskSpec
 from agentrooms.rooms.presence import Member, Presence
 from agentrooms.rooms.room import Room, RoomInfo, RoomList, Rooms
@@ -18,8 +19,11 @@ __all__ = [
     "LockInfo",
     "Locks",
     "Member",
+    "PathConflict",
+    "Paths",
     "Plan",
     "Presence",
+    "Reservation",
     "Room",
     "RoomInfo",
     "RoomList",

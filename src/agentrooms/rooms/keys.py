@@ -17,6 +17,10 @@ set ``leased``         ids of claimed tasks, scanned for expired leases
 ``cursor/<agent>``     the agent's position in the room's event log
 ``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
 ``doc/<name>``         a versioned document
+``paths/<id>``         a path reservation (patterns, mode, owner, fence, lapse time)
+``pathx/<dir>*<id>``   one pattern of a reservation, indexed by its literal directory
+                       prefix (``<dir>`` ends in ``/``; ``*`` never occurs in it)
+``pathfence``          the room's reservation fencing counter: every grant rewrites it
 =====================  ===============================================================
 
 The registry of rooms lives in the room named ``REGISTRY``: one ``room/<name>`` record
@@ -84,6 +88,23 @@ def presence(agent: str) -> str:
 
 def doc(name: str) -> str:
     return f"doc/{name}"
+
+
+PATH_FENCE = "pathfence"
+
+
+def path_reservation(reservation: str) -> str:
+    return f"paths/{reservation}"
+
+
+def path_node(prefix: tuple[str, ...]) -> str:
+    """The index directory of a literal prefix: a scan of it finds the patterns indexed
+    at that prefix and below it."""
+    return "pathx/" + "".join(segment + "/" for segment in prefix)
+
+
+def path_index(prefix: tuple[str, ...], reservation: str, number: int) -> str:
+    return f"{path_node(prefix)}*{reservation}.{number}"
 
 
 def registry_entry(room: str) -> str:

@@ -18,6 +18,7 @@ from agentrooms.rooms import keys
 from agentrooms.rooms.documents import Documents
 from agentrooms.rooms.events import Events
 from agentrooms.rooms.locks import Locks, knowledge_of
+from agentrooms.rooms.paths import Paths
 from agentrooms.rooms.plan import Plan
 from agentrooms.rooms.presence import Presence
 from agentrooms.rooms.scope import Scope
@@ -76,7 +77,7 @@ async def describe_rooms(store: Store, names: list[str]) -> list[RoomInfo | None
 
 
 class Room:
-    """One room's plan, locks, events and presence."""
+    """One room's plan, locks, events, presence, documents and path reservations."""
 
     def __init__(
         self,
@@ -94,6 +95,7 @@ class Room:
         self.events = Events(self.scope)
         self.presence = Presence(self.scope)
         self.docs = Documents(self.scope)
+        self.paths = Paths(self.scope)
 
     async def describe(self) -> RoomInfo:
         """The room's description, log head and ready count from one snapshot (one

@@ -32,7 +32,18 @@ __all__ = [
 
 QUEUED, APPLIED, REJECTED, DEAD = "queued", "applied", "rejected", "dead"
 SUBMITTED = "wq.submitted"
-RESERVED = ("wq/", "wq:", "_ar/", "lock/", "lockfence/", "lockq/", room_keys.META)
+RESERVED = (
+    "wq/",
+    "wq:",
+    "_ar/",
+    "lock/",
+    "lockfence/",
+    "lockq/",
+    "paths/",
+    "pathx/",
+    room_keys.PATH_FENCE,
+    room_keys.META,
+)
 DEFAULT_RETRY_AFTER = 1.0  # when the writer's throughput is not known (or stale)
 STALE_RATE = 30.0  # seconds without a settled intent after which the throughput is stale
 OUTAGE_PAUSE = 0.5  # seconds a writer waits after the store failed before trying again

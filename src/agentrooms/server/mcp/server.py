@@ -34,6 +34,7 @@ from agentrooms.server.auth import SCOPES, AuthConfig, Principal
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.mcp.arguments import check_call, strict_tool
 from agentrooms.server.mcp.hints import Hint, error_result, hint_for, validation_hint
+from agentrooms.server.mcp.paths_tools import PathTools
 from agentrooms.server.mcp.push import EVENTS_TEMPLATE, LegacySubscriptions, RoomEventsListener
 from agentrooms.server.mcp.tools import CHANGES, DESTRUCTIVE, IDEMPOTENT, READ_ONLY, RoomTools
 from agentrooms.store.base import Store
@@ -80,6 +81,9 @@ SCOPE_OF: dict[str, str] = {
     "acquire_lock": "locks:write",
     "extend_lock": "locks:write",
     "release_lock": "locks:write",
+    "reserve_paths": "locks:write",
+    "release_paths": "locks:write",
+    "check_paths": "rooms:read",
 }
 
 # Profiles: the tool sets a server (stdio: --profile) or an HTTP endpoint URL
@@ -155,7 +159,7 @@ class AgentroomsMCP(MCPServer[Any]):
 
     def _strict_tools(self) -> list[Tool]:
         """The tools, each with strict arguments (:mod:`.arguments`)."""
-        t = self.tools
+        t, p = self.tools, PathTools(self.tools)
         table: list[tuple[Callable[..., Any], ToolAnnotations]] = [
             (t.list_rooms, READ_ONLY),
             (t.join_room, IDEMPOTENT),
@@ -180,6 +184,9 @@ class AgentroomsMCP(MCPServer[Any]):
             (t.acquire_lock, CHANGES),
             (t.extend_lock, IDEMPOTENT),
             (t.release_lock, IDEMPOTENT),
+            (p.reserve_paths, CHANGES),
+            (p.release_paths, IDEMPOTENT),
+            (p.check_paths, READ_ONLY),
         ]
         return [strict_tool(fn, hints, self.limits) for fn, hints in table]
 
