@@ -17,7 +17,8 @@ from agentrooms.rooms.globs import MAX_PATTERN
 from agentrooms.rooms.paths import MAX_PATTERNS, PathConflict, Reservation
 from agentrooms.server.auth import Principal
 from agentrooms.server.mcp.hints import Hint
-from agentrooms.server.mcp.tools import Body, RoomArg, RoomTools, _Answered
+from agentrooms.server.mcp.tools import RoomTools
+from agentrooms.server.mcp.tools.base import Body, RoomArg, _Answered
 
 __all__ = ["PathTools"]
 
