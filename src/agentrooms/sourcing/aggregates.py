@@ -25,7 +25,8 @@ one aggregate in a room and guarantees:
 * Events the fold rejects (by raising ``InvalidTransition``) are never stored: an
   append folds its new events before it writes them.
 * **An append does not replay the stream, nor read it when nobody else wrote.** An
-  :class:`Aggregates` remembers, for the streams it appended to last (up to ``KNOWN``),
+  :class:`Aggregates` remembers, for the streams it appended to last (up to ``KNOWN``
+  per definition, in the store handle's session, shared by the Aggregates of it),
   the state after its own append and the store versions of the head record and of that
   last event's record. The next append computes from that, without reading (the commit
   loop's ``guess``): its write compares the head and that record at those versions, so
@@ -48,7 +49,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import BadRequest, InvalidTransition, PayloadTooLarge, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
@@ -158,7 +159,8 @@ class Aggregates(Generic[S]):
         self.store, self.room, self.aggregate = store, room, aggregate
         self.policy, self.metrics = policy, metrics
         self.page = min(page, store.limits.max_page)
-        self._known: OrderedDict[str, _Known[S]] = OrderedDict()
+        # by (room, id), shared with the other Aggregates of this definition on this handle
+        self._known: OrderedDict[tuple[str, str], _Known[S]] = store.session.heads(aggregate)
 
     # -- reading -------------------------------------------------------------------
 
@@ -250,12 +252,14 @@ class Aggregates(Generic[S]):
             value = {"n": m, "schema": agg.schema, "state": agg.encode(folded.state)}
             return Change(writes=[Put(keys.snapshot(agg.name, id), value)], result=m)
 
-        done = await commit(self.store, self.room, write, None, keys=[head_key], **self._options())
+        done = await commit(
+            self.store, self.room, write, None, keys=[head_key], options=self._options()
+        )
         version: int = done.result
         return version
 
-    def _options(self) -> dict[str, Any]:
-        return {"policy": self.policy, "metrics": self.metrics}
+    def _options(self) -> CommitOptions:
+        return CommitOptions(policy=self.policy, metrics=self.metrics)
 
     def _catch_up(self, view: View, id: str, folded: _Folded[S]) -> int:
         """Bring ``folded`` to the head in ``view``, reading missed events through the
@@ -285,7 +289,7 @@ class Aggregates(Generic[S]):
     ) -> Appended[S]:
         agg = self.aggregate
         check_id(id, "aggregate id")
-        known = self._known.pop(id, None)
+        known = self._known.pop((self.room, id), None)
         # (the key of the last event we folded, the store version it must still have)
         anchor: tuple[str, int] | None = None
         if known is None:
@@ -332,7 +336,7 @@ class Aggregates(Generic[S]):
                 keys=[head_key, *([anchor[0]] if anchor else [])],
                 command_id=command_id,
                 guess=guess,
-                **self._options(),
+                options=self._options(),
             )
         except _Forgotten:
             return await self._commit(id, decide, command, expected, command_id)
@@ -356,7 +360,7 @@ class Aggregates(Generic[S]):
         )
 
     def _remember(self, id: str, known: _Known[S]) -> None:
-        self._known[id] = known
+        self._known[(self.room, id)] = known
         while len(self._known) > KNOWN:
             self._known.popitem(last=False)
 
