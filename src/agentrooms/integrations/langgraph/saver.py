@@ -42,9 +42,10 @@ from agentrooms.errors import (
 from agentrooms.integrations.langgraph import layout
 from agentrooms.integrations.langgraph.leases import ThreadHeld, ThreadLeases, ThreadOwnershipLost
 from agentrooms.integrations.langgraph.reads import CheckpointReader
+from agentrooms.integrations.langgraph.upkeep import ThreadUpkeep
 from agentrooms.rooms import Lock, Room, Rooms, keys
 from agentrooms.rooms.locks.records import check_ttl
-from agentrooms.store import Absent, Delete, Put, Record, Store, Write
+from agentrooms.store import Absent, Put, Store, Write
 from agentrooms.sync import SyncStore
 
 __all__ = ["DEFAULT_ROOM", "AgentroomsSaver", "ThreadHeld", "ThreadOwnershipLost"]
@@ -53,8 +54,6 @@ R = TypeVar("R")
 
 DEFAULT_ROOM = "langgraph"
 PAGE = 200  # records per scan page
-CHUNK = 1000  # deletes per transact in delete_thread and prune
-COPY = 100  # records per transact in copy_thread (values may be large)
 
 
 class AgentroomsSaver(BaseCheckpointSaver[str]):
@@ -92,6 +91,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         self._ready = False
         self._threads = ThreadLeases(self.room, self.owner, self.ttl, self._setup)
         self._reader = CheckpointReader(self.store, self.room.name, self.serde, self._setup)
+        self._upkeep = ThreadUpkeep(self.store, self.room, self.serde, self._threads, self._setup)
 
     # -------------------------------------------------------------- event loop
 
@@ -215,7 +215,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
             "metadata": layout.packed(self.serde.dumps_typed(metadata)),
         }
         writes.append(Put(layout.checkpoint(thread_id, ns, checkpoint["id"]), record))
-        writes += _indexed(record)
+        writes += layout.index_writes(record)
         await self._threads.write(thread_id, writes, ())
         return {
             "configurable": {
@@ -264,134 +264,6 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
                     raise
                 continue  # the same task's writes landed meanwhile: keep those
             return
-
-    async def _delete_thread(self, thread_id: str) -> None:
-        await self._setup()
-        for prefix in (layout.thread_checkpoints(thread_id), layout.thread_blobs(thread_id)):
-            while True:
-                page = await self.store.scan(self.room.name, prefix, None, CHUNK)
-                await self._delete(page.records)
-                if page.next_after is None:
-                    break
-
-    async def _delete(self, records: Sequence[Record]) -> None:
-        """Delete ``records`` and the run index entries of the checkpoints among them
-        (one write, not fenced)."""
-        if records:
-            entries = [_entry(r.value) for r in records]
-            deletes = [Delete(k) for k in (r.key for r in records)]
-            await self.room.scope.transact(
-                writes=deletes + [Delete(k) for k in entries if k is not None]
-            )
-
-    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        if isinstance(run_ids, str):
-            raise BadRequest("run_ids must be a sequence of run ids, not one string")
-        await self._setup()
-        for run_id in map(str, run_ids):
-            while True:
-                page = await self.store.scan(self.room.name, layout.run_entries(run_id), None, 50)
-                for entry in page.records:
-                    where = entry.value
-                    key = layout.checkpoint(where["thread"], where["ns"], where["id"])
-                    async for records in self._pages(key):
-                        await self._delete(records)
-                    await self.room.scope.transact(writes=[Delete(entry.key)])
-                if page.next_after is None:
-                    break
-
-    @contextlib.asynccontextmanager
-    async def _borrowed(self, thread_id: str) -> AsyncIterator[None]:
-        """Own the thread for the body (``ThreadHeld`` if another writer does), and give
-        it up after unless this writer owned it before."""
-        owned = thread_id in self._threads.leases
-        await self._threads.lease(thread_id)
-        try:
-            yield
-        finally:
-            if not owned:
-                await self._threads.drop(thread_id)
-
-    async def _copy_thread(self, source: str, target: str) -> None:
-        await self._setup()
-        moves = (
-            (layout.thread_checkpoints(source), layout.thread_checkpoints(target)),
-            (layout.thread_blobs(source), layout.thread_blobs(target)),
-        )
-        if not (await self.store.scan(self.room.name, moves[0][0], None, 1)).records:
-            return  # no checkpoint to copy: the target is left alone
-        async with self._borrowed(target):
-            for old, new in moves:
-                async for records in self._pages(old):
-                    copies: list[Write] = []
-                    for r in records:
-                        value = r.value
-                        if value.get("k") == "cp":
-                            value = {**value, "thread": target}
-                            copies += _indexed(value)
-                        copies.append(Put(new + r.key[len(old) :], value))
-                    await self._threads.write(target, copies, ())
-
-    async def _pages(self, prefix: str) -> AsyncIterator[list[Record]]:
-        """The room's records under ``prefix``, a page of ``COPY`` at a time."""
-        after: str | None = None
-        while True:
-            page = await self.store.scan(self.room.name, prefix, after, COPY)
-            if page.records:
-                yield page.records
-            if page.next_after is None:
-                return
-            after = page.next_after
-
-    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
-        if isinstance(thread_ids, str):
-            raise BadRequest("thread_ids must be a sequence of thread ids, not one string")
-        if strategy not in ("keep_latest", "delete"):
-            raise BadRequest(f"unknown prune strategy {strategy!r}: keep_latest or delete")
-        for thread_id in map(str, thread_ids):
-            if strategy == "delete":
-                await self._delete_thread(thread_id)
-                continue
-            await self._setup()
-            async with self._borrowed(thread_id):
-                await self._keep_latest(thread_id)
-
-    async def _keep_latest(self, thread_id: str) -> None:
-        """Delete all but each namespace's newest checkpoint (and its writes) of a thread
-        this writer owns, then the channel values no kept checkpoint reads."""
-        doomed: list[str] = []
-        kept: set[str] = set()
-        namespaces: set[str] = set()
-        keeping: str | None = None
-        async for records in self._pages(layout.thread_checkpoints(thread_id)):
-            for r in records:
-                if r.value.get("k") != "cp":
-                    if keeping is None or not r.key.startswith(keeping):
-                        doomed.append(r.key)
-                    continue
-                metadata = self.serde.loads_typed(layout.unpacked(r.value["metadata"]))
-                if metadata.get("counters_since_delta_snapshot"):
-                    raise BadRequest(
-                        f"thread {thread_id!r} uses a DeltaChannel, whose values need the "
-                        "checkpoints keep_latest would delete: prune it with strategy='delete'"
-                    )
-                if r.value["ns"] in namespaces:
-                    keeping = None
-                    doomed += [r.key, *filter(None, [_entry(r.value)])]
-                    continue
-                namespaces.add(r.value["ns"])
-                keeping = r.key
-                checkpoint = self.serde.loads_typed(layout.unpacked(r.value["checkpoint"]))
-                kept.update(
-                    layout.blob(thread_id, r.value["ns"], channel, version)
-                    for channel, version in checkpoint["channel_versions"].items()
-                )
-        async for records in self._pages(layout.thread_blobs(thread_id)):
-            doomed += [r.key for r in records if r.key not in kept]
-        for start in range(0, len(doomed), CHUNK):
-            await self._threads.write(
-                thread_id, [Delete(k) for k in doomed[start : start + CHUNK]], ()
-            )
 
     # ------------------------------------------------------- the saver interface
 
@@ -458,7 +330,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         """Delete the thread's checkpoints, writes and channel values, page by page (not
         atomic for a thread over one page). Not fenced, and the thread's lease is left
         alone: an owner's next write starts the thread anew."""
-        await self._run(self._delete_thread(thread_id))
+        await self._run(self._upkeep.delete_thread(thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, pending write and channel value of the source thread to
@@ -466,7 +338,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         target (taken for the copy, and given up after unless this writer owned the
         target): ``ThreadHeld`` if another writer owns it. A missing source copies
         nothing."""
-        await self._run(self._copy_thread(source_thread_id, target_thread_id))
+        await self._run(self._upkeep.copy_thread(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep only each namespace's newest checkpoint of each thread
@@ -474,26 +346,26 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         by a lease on the thread; refused (``BadRequest``) for a thread that uses a
         ``DeltaChannel``, which needs the ancestors. ``"delete"``: ``adelete_thread``
         each one. Neither is atomic: a thread's deletes go a thousand records a write."""
-        await self._run(self._prune(thread_ids, strategy))
+        await self._run(self._upkeep.prune(thread_ids, strategy))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their pending writes) that the runs wrote, on every
         thread, found through the run index (no scan of other runs' checkpoints). Not
         fenced, like ``adelete_thread``; channel values stay (other checkpoints may read
         them)."""
-        await self._run(self._delete_for_runs(run_ids))
+        await self._run(self._upkeep.delete_for_runs(run_ids))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Blocking :meth:`adelete_for_runs`."""
-        self._block(self._delete_for_runs(run_ids))
+        self._block(self._upkeep.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Blocking :meth:`acopy_thread`."""
-        self._block(self._copy_thread(source_thread_id, target_thread_id))
+        self._block(self._upkeep.copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Blocking :meth:`aprune`."""
-        self._block(self._prune(thread_ids, strategy))
+        self._block(self._upkeep.prune(thread_ids, strategy))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Blocking :meth:`aget_tuple`."""
@@ -541,7 +413,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Blocking :meth:`adelete_thread`."""
-        self._block(self._delete_thread(thread_id))
+        self._block(self._upkeep.delete_thread(thread_id))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Channel versions as strings that sort in the order they were made, as
@@ -553,18 +425,3 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         else:
             number = int(current.split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
-
-
-def _entry(value: Any) -> str | None:
-    """The run index key of a checkpoint record's value (``None`` for other records)."""
-    if isinstance(value, dict) and value.get("k") == "cp":
-        return layout.run_entry(value)
-    return None
-
-
-def _indexed(record: dict[str, Any]) -> list[Write]:
-    """The run index entry to write with a checkpoint record, if a run wrote it."""
-    key = layout.run_entry(record)
-    if key is None:
-        return []
-    return [Put(key, {"thread": record["thread"], "ns": record["ns"], "id": record["id"]})]
