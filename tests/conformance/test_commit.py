@@ -43,6 +43,7 @@ from tests.conftest import Backend
 from tests.helpers import Interposed
 
 FAST = RetryPolicy(max_attempts=50, budget=30.0, backoff=FullJitter(base=0.001, cap=0.02))
+QUICK = CommitOptions(policy=FAST)
 
 
 def increment(view: View, by: int) -> Change:
@@ -87,48 +88,22 @@ async def test_a_guess_saves_the_read_and_a_wrong_one_never_commits(
     Right, the commit is one write; wrong, its write fails the compare on the version
     it guessed, and the loop re-reads and recomputes from the store's state."""
     counting = Interposed(store)
-    first = await commit(
-        counting, room, increment, 5, keys=["counter"], options=CommitOptions(policy=FAST)
-    )
+    first = await commit(counting, room, increment, 5, keys=["counter"], options=QUICK)
     version = first.versions["counter"]
     right = Snapshot({"counter": Record("counter", 5, version)}, 0.0)
     calls, reads = counting.calls, counting.reads
-    done = await commit(
-        counting,
-        room,
-        increment,
-        1,
-        keys=["counter"],
-        guess=right,
-        options=CommitOptions(policy=FAST),
-    )
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=right, options=QUICK)
     assert (done.result, done.attempts, done.transitions) == (6, 1, 1)
     assert (counting.calls - calls, counting.reads - reads) == (1, 0)
 
     stale = Snapshot({"counter": Record("counter", 5, version)}, 0.0)  # 6 is stored now
     calls, reads = counting.calls, counting.reads
-    done = await commit(
-        counting,
-        room,
-        increment,
-        1,
-        keys=["counter"],
-        guess=stale,
-        options=CommitOptions(policy=FAST),
-    )
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=stale, options=QUICK)
     assert (done.result, done.attempts, done.transitions) == (7, 2, 2)  # 6 was never written
     assert (counting.calls - calls, counting.reads - reads) == (2, 1)
     # the counter conflicted just now: a guess about it is dropped, and it reads
     calls, reads = counting.calls, counting.reads
-    done = await commit(
-        counting,
-        room,
-        increment,
-        1,
-        keys=["counter"],
-        guess=right,
-        options=CommitOptions(policy=FAST),
-    )
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=right, options=QUICK)
     assert (done.result, done.attempts, counting.reads - reads) == (8, 1, 1)
     assert (await store.read(room, ["counter"])).value("counter") == 8
     assert [e.data for e in await store.read_log(room, 0, 100)] == [5, 1, 1, 1]
@@ -137,13 +112,7 @@ async def test_a_guess_saves_the_read_and_a_wrong_one_never_commits(
     await store.transact(other, writes=[Put("counter", 10)])
     absent = Snapshot({}, 0.0)
     done = await commit(
-        counting,
-        other,
-        increment,
-        1,
-        keys=["counter"],
-        guess=absent,
-        options=CommitOptions(policy=FAST),
+        counting, other, increment, 1, keys=["counter"], guess=absent, options=QUICK
     )
     assert (done.result, done.attempts) == (11, 2)
     await store.delete_room(other)
@@ -347,13 +316,7 @@ async def test_lost_response_retry_applies_nothing_twice(store: Store, room: str
 
     wrapped = Interposed(store, after=lose_first_response)
     result = await commit(
-        wrapped,
-        room,
-        increment,
-        1,
-        keys=["counter"],
-        command_id="cmd-1",
-        options=CommitOptions(policy=FAST),
+        wrapped, room, increment, 1, keys=["counter"], command_id="cmd-1", options=QUICK
     )
     assert result.replayed and result.result == 1
     assert wrapped.calls == 1  # the retry re-read and found the outcome; nothing re-sent
@@ -377,15 +340,7 @@ async def test_concurrent_senders_of_one_command_apply_it_once(backend: Backend,
 
     async def send(s: Store) -> object:
         await barrier.wait()
-        r = await commit(
-            s,
-            room,
-            increment,
-            7,
-            keys=["counter"],
-            command_id="once",
-            options=CommitOptions(policy=FAST),
-        )
+        r = await commit(s, room, increment, 7, keys=["counter"], command_id="once", options=QUICK)
         return r.result
 
     outcomes = await asyncio.gather(*(send(s) for s in stores))
@@ -484,9 +439,7 @@ async def test_conditional_intent_decided_on_a_stale_read_cannot_commit(
 
     intent = Intent([Where("task/tax", "status", "==", "done")], [Put("report", "stale")])
     with pytest.raises(InvalidTransition, match=r"task/tax\.status == 'done'"):
-        await apply_intent(
-            Interposed(store, before=reopen), room, intent, options=CommitOptions(policy=FAST)
-        )
+        await apply_intent(Interposed(store, before=reopen), room, intent, options=QUICK)
     assert (await store.read(room, ["report"])).get("report") is None
 
 
