@@ -116,58 +116,68 @@ def claim(
     named: bool = False,
     repair: bool = True,
 ) -> Change:
+    """Grant ``agent`` a lease on the task, or reclaim it if its lease ran out (failing
+    it instead on its last attempt). Not claimable: ``Skip`` for a drawn candidate, or
+    the reason for a ``named`` one; a stray member of the ready set is removed
+    (``repair``)."""
     task = task_in(view, task_id)
     if task is None:
-        if named:
-            raise NotFound(f"no task {task_id!r}")
-        if not repair:
-            raise Skip
-        return Change(writes=[SetRemove(keys.READY, task_id)])  # repair a stray member
+        return _not_claimable(NotFound(f"no task {task_id!r}"), named, repair, task_id)
     expired = task.status == CLAIMED and (task.lease_expires or 0) <= view.now
     if task.status == CLAIMED and not expired:
         if named:
             raise LeaseHeld(task_id, task.owner)
         raise Skip
     if task.status != READY and not expired:
-        if named:
-            raise InvalidTransition(f"task {task_id!r} is {task.status}, not ready")
-        if not repair:
-            raise Skip
-        return Change(writes=[SetRemove(keys.READY, task_id)])  # repair a stray member
+        wrong = InvalidTransition(f"task {task_id!r} is {task.status}, not ready")
+        return _not_claimable(wrong, named, repair, task_id)
     if accept is not None and not accept(task):
         raise Skip
     for dep in task.deps:
         dep_task = task_in(view, dep)  # compared in the write: still done when we claim
         if dep_task is None or dep_task.status != DONE:
             raise InvalidTransition(f"task {task_id!r} waits for {dep!r}")
-    appends: list[Append] = []
-    writes: list[Write] = []
-    if expired:
-        lapsed = {"task": task_id, "agent": task.owner, "fence": task.fence}
-        appends.append(Append("lease.expired", lapsed, agent))
-        if task.attempts >= task.max_attempts:
-            if not repair:  # a state change of its own: leave it to a claim without a command id
-                raise Skip
-            failed = task.replace(
-                status=FAILED,
-                owner=None,
-                lease_expires=None,
-                lease_granted_at=None,
-                lease_renewed_at=None,
-                error="lease expired on the last attempt",
-            )
-            return Change(
-                writes=[
-                    Put(keys.task(task_id), failed.to_value()),
-                    SetRemove(keys.LEASED, task_id),
-                ],
-                appends=[
-                    *appends,
-                    Append("task.failed", {"task": task_id, "terminal": True}, agent),
-                ],
-            )
-    fence = task.fence + 1
-    expires = view.now + ttl
+    if not expired:
+        return _grant(view, task, agent, ttl, [])
+    lapsed = {"task": task_id, "agent": task.owner, "fence": task.fence}
+    appends = [Append("lease.expired", lapsed, agent)]
+    if task.attempts < task.max_attempts:
+        return _grant(view, task, agent, ttl, appends)
+    if not repair:  # a state change of its own: leave it to a claim without a command id
+        raise Skip
+    return _fail_at_limit(task, agent, appends)
+
+
+def _not_claimable(reason: Exception, named: bool, repair: bool, task_id: str) -> Change:
+    """``reason`` for a named task; for a drawn candidate, the removal of the stray
+    member of the ready set (``repair``), else ``Skip``."""
+    if named:
+        raise reason
+    if not repair:
+        raise Skip
+    return Change(writes=[SetRemove(keys.READY, task_id)])
+
+
+def _fail_at_limit(task: Task, agent: str, appends: list[Append]) -> Change:
+    """The task's lease ran out on its last attempt: it fails."""
+    failed = task.replace(
+        status=FAILED,
+        owner=None,
+        lease_expires=None,
+        lease_granted_at=None,
+        lease_renewed_at=None,
+        error="lease expired on the last attempt",
+    )
+    return Change(
+        writes=[Put(keys.task(task.id), failed.to_value()), SetRemove(keys.LEASED, task.id)],
+        appends=[*appends, Append("task.failed", {"task": task.id, "terminal": True}, agent)],
+    )
+
+
+def _grant(view: View, task: Task, agent: str, ttl: float, appends: list[Append]) -> Change:
+    """A new lease on ``task`` for ``agent``, with the next fencing token; ``appends``
+    (non-empty: the lapsed lease's event) make it a reclaim."""
+    task_id, fence, expires = task.id, task.fence + 1, view.now + ttl
     claimed = task.replace(
         status=CLAIMED,
         owner=agent,
@@ -177,7 +187,7 @@ def claim(
         lease_granted_at=view.now,
         lease_renewed_at=None,
     )
-    writes += [
+    writes: list[Write] = [
         Put(keys.task(task_id), claimed.to_value()),
         SetRemove(keys.READY, task_id),
         SetAdd(keys.LEASED, task_id),
@@ -190,10 +200,9 @@ def claim(
         "ttl": ttl,
         "granted_at": view.now,
     }
-    kind = "lease.reclaimed" if expired else "lease.granted"
+    kind = "lease.reclaimed" if appends else "lease.granted"
     data = {"task": task_id, "agent": agent, "fence": fence, "expires_at": expires}
-    appends.append(Append(kind, data, agent))
-    return Change(writes=writes, appends=appends, result=lease)
+    return Change(writes=writes, appends=[*appends, Append(kind, data, agent)], result=lease)
 
 
 def lease_from(room: str, data: dict[str, Any]) -> Lease:
