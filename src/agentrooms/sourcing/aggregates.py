@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from agentrooms.commit import Change, CommitOptions, View, commit
+from agentrooms.commit import Change, CommitOptions, CommitResult, View, commit
 from agentrooms.errors import BadRequest, InvalidTransition, PayloadTooLarge, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
@@ -141,6 +141,18 @@ def _head_version(value: JSON) -> int:
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise InvalidTransition(f"not an aggregate head: {value!r}")
     return version
+
+
+def _guess(head_key: str, known: _Known[Any], anchor: tuple[str, int]) -> Snapshot:
+    """The head and last event records as our last append left them. Nobody else
+    appended since, most likely: the append computes from them without reading (its
+    write compares them). Only for a caller that expects no other version than the one
+    remembered: only a read can tell whether the stream has moved to another."""
+    records = {
+        head_key: Record(head_key, {"version": known.version}, known.head),
+        anchor[0]: Record(anchor[0], None, anchor[1]),  # its value is not read
+    }
+    return Snapshot(records, time.time())
 
 
 class Aggregates(Generic[S]):
@@ -299,16 +311,9 @@ class Aggregates(Generic[S]):
             anchor = (keys.event(agg.name, id, known.version), known.anchor)
         head_key = keys.head(agg.name, id)
         after: list[Any] = []
-        # Nobody else appended since our last append, most likely: compute from what we
-        # wrote, without reading (the write compares it). Not when the caller expects
-        # another version: only a read can tell whether the stream has moved there.
         guess = None
         if known is not None and anchor is not None and expected in (None, known.version):
-            records = {
-                head_key: Record(head_key, {"version": known.version}, known.head),
-                anchor[0]: Record(anchor[0], None, anchor[1]),  # its value is not read
-            }
-            guess = Snapshot(records, time.time())
+            guess = _guess(head_key, known, anchor)
 
         def transition(view: View, cmd: C) -> Change:
             if anchor is not None and view.version(anchor[0]) != anchor[1]:
@@ -342,12 +347,7 @@ class Aggregates(Generic[S]):
             return await self._commit(id, decide, command, expected, command_id)
         outcome = done.result
         if not done.replayed and outcome["count"]:
-            last = keys.event(agg.name, id, outcome["version"])
-            versions = done.versions
-            state = copy.deepcopy(after[0])
-            self._remember(
-                id, _Known(state, outcome["version"], versions[last], versions[head_key])
-            )
+            self._remember(id, done, after[0])
         return Appended(
             id,
             outcome["version"],
@@ -359,7 +359,15 @@ class Aggregates(Generic[S]):
             done.replayed,
         )
 
-    def _remember(self, id: str, known: _Known[S]) -> None:
+    def _remember(self, id: str, done: CommitResult, state: S) -> None:
+        """What our append left: ``state`` (a copy) at the stream's new version, and the
+        store versions of its head and last event records."""
+        version = done.result["version"]
+        last, head = (
+            keys.event(self.aggregate.name, id, version),
+            keys.head(self.aggregate.name, id),
+        )
+        known = _Known(copy.deepcopy(state), version, done.versions[last], done.versions[head])
         self._known[(self.room, id)] = known
         while len(self._known) > KNOWN:
             self._known.popitem(last=False)
