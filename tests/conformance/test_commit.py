@@ -126,17 +126,12 @@ async def test_writers_of_one_process_take_turns_on_a_hot_key(store: Store, room
     async def run(policy: RetryPolicy, where: str) -> tuple[int, int]:
         metrics = Metrics(CollectorRegistry())
 
+        options = CommitOptions(policy=policy, metrics=metrics)
+
         async def writer() -> int:
             attempts = 0
             for _ in range(5):
-                done = await commit(
-                    store,
-                    where,
-                    increment,
-                    1,
-                    keys=["counter"],
-                    options=CommitOptions(policy=policy, metrics=metrics),
-                )
+                done = await commit(store, where, increment, 1, keys=["counter"], options=options)
                 attempts += done.attempts
             return attempts
 
@@ -176,14 +171,8 @@ async def test_conflict_discards_and_recomputes_from_a_fresh_snapshot(
     async def fake_sleep(d: float) -> None:
         delays.append(d)
 
-    result = await commit(
-        wrapped,
-        room,
-        transition,
-        1,
-        keys=["counter"],
-        options=CommitOptions(policy=FAST, sleep=fake_sleep),
-    )
+    options = CommitOptions(policy=FAST, sleep=fake_sleep)
+    result = await commit(wrapped, room, transition, 1, keys=["counter"], options=options)
     assert result.attempts == 3 and result.transitions == 3
     assert result.result == 201  # computed from the value the second interferer wrote
     assert len(delays) == 2  # one back-off per conflict, before the re-read

@@ -238,15 +238,6 @@ def follower_of(store: Store) -> follow_module.Follower:
 # ------------------------------------------------------------ handles of one store
 
 
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
-def shared_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "sqlite":  # one database file: its handles share one worker
-        tmp: Path = request.getfixturevalue("tmp_path")
-        return f"sqlite:///{tmp / 'shared.db'}"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
-
-
 async def test_sqlite_handles_share_a_reader_by_worker_not_by_spelling(tmp_path: Path) -> None:
     """Handles of one file share a reader when they share the worker that wakes their
     watches: the same file, however spelled, with the same options."""

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
-import pytest
 
 from agentrooms.commit import Change, View, commit
 from agentrooms.rooms.locks import knowledge_of
@@ -13,15 +10,6 @@ from agentrooms.sourcing import Aggregates
 from agentrooms.store import Put, Store, open_store
 from tests.conformance import sourcing_workers as w
 from tests.helpers import Interposed
-
-
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
-def shared_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "sqlite":  # one database file: its handles share one worker
-        tmp: Path = request.getfixturevalue("tmp_path")
-        return f"sqlite:///{tmp / 'shared.db'}"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
 
 
 async def test_each_handle_has_one_session_and_handles_of_one_store_share_its_part(
