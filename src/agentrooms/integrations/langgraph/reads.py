@@ -45,7 +45,7 @@ class CheckpointReader:
         serde: SerializerProtocol,
         setup: Callable[[], Awaitable[None]],
     ) -> None:
-        self.store, self.serde, self._setup = store, serde, setup
+        self.store, self.serde, self.setup = store, serde, setup
         self.room_name = room
 
     async def groups(
@@ -138,7 +138,7 @@ class CheckpointReader:
         return out
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        await self._setup()
+        await self.setup()
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         checkpoint_id = get_checkpoint_id(config)
@@ -162,7 +162,7 @@ class CheckpointReader:
     ) -> tuple[list[CheckpointTuple], str | None]:
         """One page of ``AgentroomsSaver.alist``: up to ``want`` tuples and the cursor
         for the next."""
-        await self._setup()
+        await self.setup()
         conf = config["configurable"] if config else {}
         thread_id = conf.get("thread_id")
         ns = conf.get("checkpoint_ns")

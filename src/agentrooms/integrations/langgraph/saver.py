@@ -91,7 +91,7 @@ class AgentroomsSaver(BaseCheckpointSaver[str]):
         self._ready = False
         self._threads = ThreadLeases(self.room, self.owner, self.ttl, self._setup)
         self._reader = CheckpointReader(self.store, self.room.name, self.serde, self._setup)
-        self._upkeep = ThreadUpkeep(self.store, self.room, self.serde, self._threads, self._setup)
+        self._upkeep = ThreadUpkeep(self._reader, self.room, self._threads)
 
     # -------------------------------------------------------------- event loop
 

@@ -7,17 +7,16 @@ so a writer that does not own the thread writes nothing (``ThreadHeld``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from collections.abc import AsyncIterator, Sequence
 
 from agentrooms.errors import (
     BadRequest,
 )
 from agentrooms.integrations.langgraph import layout
 from agentrooms.integrations.langgraph.leases import ThreadLeases
+from agentrooms.integrations.langgraph.reads import CheckpointReader
 from agentrooms.rooms import Room
-from agentrooms.store import Delete, Put, Record, Store, Write
+from agentrooms.store import Delete, Put, Record, Write
 
 __all__ = ["ThreadUpkeep"]
 
@@ -27,19 +26,12 @@ COPY = 100  # records per transact in copy_thread (values may be large)
 
 
 class ThreadUpkeep:
-    """Deletes, copies and prunes threads in ``room`` of ``store`` through the leases of
-    ``threads``; ``setup`` runs first (it creates the room)."""
+    """Deletes, copies and prunes threads in ``room`` through the leases of ``threads``,
+    reading through ``reader`` (its store, serializer and setup)."""
 
-    def __init__(
-        self,
-        store: Store,
-        room: Room,
-        serde: SerializerProtocol,
-        threads: ThreadLeases,
-        setup: Callable[[], Awaitable[None]],
-    ) -> None:
-        self.store, self.room, self.serde = store, room, serde
-        self._threads, self._setup = threads, setup
+    def __init__(self, reader: CheckpointReader, room: Room, threads: ThreadLeases) -> None:
+        self.store, self.serde, self._setup = reader.store, reader.serde, reader.setup
+        self.room, self._threads = room, threads
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._setup()
