@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import ContentionExhausted
 from agentrooms.retry import (
     DEFAULT_BASE,
@@ -112,7 +112,14 @@ async def run_cell(stores: list[Store], cell: Cell, duration: float) -> None:
         while time.perf_counter() < stop:
             t0 = time.perf_counter()
             try:
-                result = await commit(store, room, increment, None, keys=["counter"], policy=policy)
+                result = await commit(
+                    store,
+                    room,
+                    increment,
+                    None,
+                    keys=["counter"],
+                    options=CommitOptions(policy=policy),
+                )
             except ContentionExhausted as exc:
                 cell.exhausted += 1
                 cell.attempts += exc.attempts
@@ -150,7 +157,9 @@ async def run_burst(stores: list[Store], burst: Burst, rounds: int) -> None:
 
         async def writer(store: Store, room: str = room, barrier: asyncio.Barrier = barrier) -> int:
             await barrier.wait()
-            result = await commit(store, room, increment, None, keys=["counter"], policy=policy)
+            result = await commit(
+                store, room, increment, None, keys=["counter"], options=CommitOptions(policy=policy)
+            )
             return result.attempts
 
         t0 = time.perf_counter()

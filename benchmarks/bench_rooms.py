@@ -45,7 +45,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from agentrooms.commit import Change, View
+from agentrooms.commit import Change, CommitOptions, View
 from agentrooms.errors import LockHeld
 from agentrooms.metrics import Metrics
 from agentrooms.retry import FullJitter, RetryPolicy
@@ -301,13 +301,23 @@ async def plan_cas(stores: list[Store], result: Result, duration: float) -> None
             t0 = time.perf_counter()
             try:
                 claimed = await commit(
-                    store, room, claim, None, keys=["plan"], policy=policy, metrics=metrics
+                    store,
+                    room,
+                    claim,
+                    None,
+                    keys=["plan"],
+                    options=CommitOptions(policy=policy, metrics=metrics),
                 )
             except InvalidTransition:
                 return
             result.latencies.append(time.perf_counter() - t0)
             await commit(
-                store, room, complete, claimed.result, keys=["plan"], policy=policy, metrics=metrics
+                store,
+                room,
+                complete,
+                claimed.result,
+                keys=["plan"],
+                options=CommitOptions(policy=policy, metrics=metrics),
             )
             record_done(done, result, claimed.result)
             result.completed += 1

@@ -197,6 +197,17 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
         await s.close()
 
 
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """A URL whose handles reach the same data (sqlite: one database file, whose handles
+    share one worker)."""
+    if request.param == "sqlite":
+        tmp: Path = request.getfixturevalue("tmp_path")
+        return f"sqlite:///{tmp / 'shared.db'}"
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
 @pytest.fixture
 def room() -> str:
     """A room name no other test uses (Redis and PostgreSQL are shared per run)."""

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import LockHeld
 from agentrooms.reliability.stores import Target, unique, without_query
 from agentrooms.retry import FullJitter, RetryPolicy
@@ -653,7 +653,12 @@ async def _checkpoints(spec: PeerSpec, target: Target, settings: Settings) -> _P
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             done = await commit(
-                store, room, put, (key, _checkpoint_payload(acked[i])), keys=[key], policy=policy
+                store,
+                room,
+                put,
+                (key, _checkpoint_payload(acked[i])),
+                keys=[key],
+                options=CommitOptions(policy=policy),
             )
             acked[i] += 1
             records.append(

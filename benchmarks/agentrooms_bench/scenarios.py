@@ -65,7 +65,7 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry
 
-from agentrooms.commit import Change, Intent, View, Where, commit
+from agentrooms.commit import Change, CommitOptions, Intent, View, Where, commit
 from agentrooms.crdt import GCounter, load, push
 from agentrooms.errors import ContentionExhausted, LockHeld, StaleFence, VersionConflict
 from agentrooms.metrics import Metrics
@@ -271,8 +271,7 @@ class Cas(Scenario):
                     _bump,
                     name,
                     keys=[DOC],
-                    policy=self.policy,
-                    metrics=self.env.metrics,
+                    options=CommitOptions(policy=self.policy, metrics=self.env.metrics),
                 )
             except ContentionExhausted as exc:
                 return Outcome("exhausted", exc.attempts, exc.attempts)

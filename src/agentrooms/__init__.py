@@ -3,7 +3,16 @@
 The public surface is exactly ``__all__`` (a test keeps it so); everything else may move.
 """
 
-from agentrooms.commit import Change, CommitResult, Intent, View, Where, apply_intent, commit
+from agentrooms.commit import (
+    Change,
+    CommitOptions,
+    CommitResult,
+    Intent,
+    View,
+    Where,
+    apply_intent,
+    commit,
+)
 from agentrooms.errors import (
     AgentroomsError,
     BadRequest,
@@ -67,6 +76,7 @@ __all__ = [
     "BadRequest",
     "Change",
     "ClockSkew",
+    "CommitOptions",
     "CommitResult",
     "ContentionExhausted",
     "CursorCompacted",

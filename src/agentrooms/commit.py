@@ -40,15 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import json
 import random
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from agentrooms.errors import (
     BadRequest,
@@ -60,6 +58,7 @@ from agentrooms.errors import (
     StoreUnavailable,
     VersionConflict,
 )
+from agentrooms.intent import Intent, Where, intent_payload, intent_transition
 from agentrooms.metrics import Metrics, default_metrics, operator_metrics
 from agentrooms.retry import RetryPolicy
 from agentrooms.store.base import Store
@@ -67,7 +66,6 @@ from agentrooms.store.types import (
     JSON,
     OUTCOME_FIELD,
     Absent,
-    Append,
     Compare,
     PutOutcome,
     Record,
@@ -75,12 +73,15 @@ from agentrooms.store.types import (
     VersionIs,
     Write,
 )
+from agentrooms.view import Change, Transition, Unread, View
 
 __all__ = [
     "COMMAND_PREFIX",
     "Change",
+    "CommitOptions",
     "CommitResult",
     "Intent",
+    "Transition",
     "View",
     "Where",
     "apply_intent",
@@ -96,71 +97,6 @@ COMMAND_PREFIX = "_ar/cmd/"
 DEFAULT_RETENTION = 24 * 3600.0
 
 
-class _Unread(Exception):
-    """The transition asked for keys outside the read set: re-read with them."""
-
-    def __init__(self, *keys: str) -> None:
-        self.keys = keys
-
-
-class View:
-    """What a transition sees: the snapshot's records, each access tracked.
-
-    Reading a key that was not in the declared read set is allowed: the loop re-reads
-    with that key added and runs the transition again (its versions are then compared
-    like all the others), so a transition never decides on an unversioned value.
-    """
-
-    __slots__ = ("_keys", "_snapshot")
-
-    def __init__(self, snapshot: Snapshot, keys: Iterable[str]) -> None:
-        self._snapshot = snapshot
-        self._keys = frozenset(keys)
-
-    @property
-    def now(self) -> float:
-        """The store's clock when the snapshot was read."""
-        return self._snapshot.now
-
-    def record(self, key: str) -> Record | None:
-        if key not in self._keys:
-            raise _Unread(key)
-        return self._snapshot.get(key)
-
-    def need(self, keys: Iterable[str]) -> None:
-        """Declare keys about to be read: any outside the read set are read together, in
-        one re-read (where reading them one by one would cost a re-read each)."""
-        missing = [k for k in dict.fromkeys(keys) if k not in self._keys]
-        if missing:
-            raise _Unread(*missing)
-
-    def get(self, key: str, default: JSON = None) -> JSON:
-        record = self.record(key)
-        return default if record is None else record.value
-
-    def version(self, key: str) -> int | None:
-        record = self.record(key)
-        return None if record is None else record.version
-
-    def exists(self, key: str) -> bool:
-        return self.record(key) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A transition's candidate: what to write and append if the snapshot still holds.
-
-    ``requires`` adds compares beyond the automatic ones on every key read (for example
-    ``FenceAtMost`` on a task's lease); ``result`` is the command's outcome, returned to
-    the caller and, with a command id, recorded for retries.
-    """
-
-    writes: Sequence[Write] = ()
-    appends: Sequence[Append] = ()
-    requires: Sequence[Compare] = ()
-    result: JSON = None
-
-
 @dataclass(frozen=True, slots=True)
 class CommitResult:
     result: JSON
@@ -171,9 +107,6 @@ class CommitResult:
     elapsed: float
     replayed: bool = False  # the outcome was recorded by an earlier delivery of the command
     requeued: bool = False  # contention exhausted and the command was handed back
-
-
-Transition = Callable[[View, E], Change]
 
 
 def command_key(command_id: str) -> str:
@@ -216,58 +149,28 @@ class _Loop:
         return self.delay
 
 
-HOT_FOR = 1.0  # seconds a key stays hot after its last conflict
 _RNG = random.Random()  # the jitter's default source, one per process (docs/why.md)
 
 
-class _Turns:
-    """Per store handle and event loop: the keys that conflicted lately, and a FIFO
-    turn (an ``asyncio.Lock``) for each hot key that some commit is using."""
+@dataclass(frozen=True, slots=True)
+class CommitOptions:
+    """How a commit retries and reports, apart from what it commits.
 
-    def __init__(self) -> None:
-        self.hot: dict[tuple[str, str], float] = {}
-        self.locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}  # lock, users
+    ``policy``: attempts, budget and backoff (``RetryPolicy()`` if ``None``);
+    ``retention``: seconds a command's recorded outcome is kept; ``metrics``: where it is
+    counted (the process default if ``None``); ``sleep``, ``clock`` and ``rng``: the
+    backoff's wait, elapsed-time clock and jitter source, replaceable in tests.
+    """
 
-    def mark(self, room: str, keys: Iterable[str]) -> None:
-        now = time.monotonic()
-        for key in keys:
-            self.hot[(room, key)] = now
-        if len(self.hot) > 1024:  # forget the cold ones now and then
-            self.hot = {k: t for k, t in self.hot.items() if now - t < HOT_FOR}
-
-    def hot_keys(self, room: str, keys: Iterable[str]) -> list[tuple[str, str]]:
-        now = time.monotonic()
-        found = ((room, k) for k in keys)
-        return sorted(k for k in found if now - self.hot.get(k, -HOT_FOR) < HOT_FOR)
-
-    async def take(self, stack: contextlib.AsyncExitStack, keys: list[tuple[str, str]]) -> None:
-        """Queue for each of ``keys`` (sorted) and hold them until ``stack`` closes."""
-        for key in keys:
-            lock, users = self.locks.get(key) or (asyncio.Lock(), 0)
-            self.locks[key] = (lock, users + 1)
-            stack.callback(self._leave, key)  # runs after the lock is released
-            await stack.enter_async_context(lock)
-
-    def _leave(self, key: tuple[str, str]) -> None:
-        lock, users = self.locks[key]
-        if users == 1:
-            del self.locks[key]
-        else:
-            self.locks[key] = (lock, users - 1)
+    policy: RetryPolicy | None = None
+    retention: float = DEFAULT_RETENTION
+    metrics: Metrics | None = None
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random | None = None
 
 
-_turns: weakref.WeakKeyDictionary[Store, dict[asyncio.AbstractEventLoop, _Turns]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _turns_of(store: Store) -> _Turns:
-    per_loop = _turns.setdefault(store, {})
-    loop = asyncio.get_running_loop()
-    turns = per_loop.get(loop)
-    if turns is None:
-        turns = per_loop[loop] = _Turns()
-    return turns
+DEFAULTS = CommitOptions()
 
 
 async def commit(
@@ -279,14 +182,9 @@ async def commit(
     *,
     keys: Sequence[str] = (),
     command_id: str | None = None,
-    policy: RetryPolicy | None = None,
-    retention: float = DEFAULT_RETENTION,
-    metrics: Metrics | None = None,
     requeue: Callable[[E], Awaitable[None]] | None = None,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
     guess: Snapshot | None = None,
+    options: CommitOptions = DEFAULTS,
 ) -> CommitResult:
     """Apply ``transition`` to a snapshot of ``keys`` and commit its change atomically.
 
@@ -299,16 +197,17 @@ async def commit(
     ``guess``: a snapshot of ``keys`` believed current (say, the records this process
     wrote last), for the first attempt instead of a read. A key it lacks counts as
     absent. Its ``now`` is whatever the guess says, so do not give one to a transition
-    that decides on the store's clock.
+    that decides on the store's clock. ``options``: see :class:`CommitOptions`.
     """
-    m = metrics or default_metrics()
-    loop = _Loop(policy or RetryPolicy(), rng or _RNG, clock, clock())
+    m = options.metrics or default_metrics()
+    clock, sleep = options.clock, options.sleep
+    loop = _Loop(options.policy or RetryPolicy(), options.rng or _RNG, clock, clock())
     read_keys = list(dict.fromkeys(keys))
     cmd_key = None if command_id is None else command_key(command_id)
     digest = None if cmd_key is None else payload_digest(event)
     outcome: Literal["ok", "error"] = "error"
-    ctx = _Attempt(loop, m, sleep, cmd_key, digest, retention)
-    turns = _turns_of(store) if loop.policy.local_turns else None
+    ctx = _Attempt(loop, m, sleep, cmd_key, digest, options.retention)
+    turns = store.session.turns() if loop.policy.local_turns else None
     held = turns is None  # turns are taken at most once per commit
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -380,7 +279,7 @@ async def _attempt(
         loop.transitions += 1
         try:
             change = transition(view, event)
-        except _Unread as need:
+        except Unread as need:
             read_keys.extend(need.keys)
             continue
         except InvalidTransition:
@@ -521,98 +420,27 @@ def _replay(record: Record, digest: str | None, loop: _Loop) -> CommitResult:
     )
 
 
-# ------------------------------------------------------------------ conditional intents
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": lambda a, b: bool(a == b),
-    "!=": lambda a, b: bool(a != b),
-    "<": lambda a, b: bool(a < b),
-    "<=": lambda a, b: bool(a <= b),
-    ">": lambda a, b: bool(a > b),
-    ">=": lambda a, b: bool(a >= b),
-    "in": lambda a, b: bool(a in b),
-}
-_MISSING = object()
-
-
-@dataclass(frozen=True, slots=True)
-class Where:
-    """A predicate over one record: ``Where("task/tax", "status", "==", "done")``.
-
-    ``path`` is a dotted path into the value (``None``: the whole value). ``op`` is one
-    of ``== != < <= > >= in`` or ``exists`` / ``absent`` (the record, or the field when
-    a path is given). Plain data, so intents can be queued and sent over the wire.
-    """
-
-    key: str
-    path: str | None = None
-    op: str = "exists"
-    value: JSON = None
-
-    def __post_init__(self) -> None:
-        if self.op not in _OPS and self.op not in ("exists", "absent"):
-            raise BadRequest(f"unknown predicate operator {self.op!r}")
-
-    def holds(self, view: View) -> bool:
-        found: Any = _MISSING if not view.exists(self.key) else view.get(self.key)
-        for part in self.path.split(".") if self.path else []:
-            found = found.get(part, _MISSING) if isinstance(found, dict) else _MISSING
-        if self.op in ("exists", "absent"):
-            return (found is not _MISSING) == (self.op == "exists")
-        if found is _MISSING:
-            return False
-        try:
-            return _OPS[self.op](found, self.value)
-        except TypeError:
-            return False
-
-    def __str__(self) -> str:
-        target = self.key + (f".{self.path}" if self.path else "")
-        tail = "" if self.op in ("exists", "absent") else f" {self.value!r}"
-        return f"{target} {self.op}{tail}"
-
-
-@dataclass(frozen=True, slots=True)
-class Intent:
-    """Writes and appends that apply only while every predicate holds, checked
-    atomically with the write (the versions of the predicate records are compared)."""
-
-    when: Sequence[Where]
-    writes: Sequence[Write] = ()
-    appends: Sequence[Append] = ()
-
-
-def _intent_transition(view: View, intent: Intent) -> Change:
-    failed = [str(p) for p in intent.when if not p.holds(view)]
-    if failed:
-        raise InvalidTransition(f"precondition failed: {', '.join(failed)}")
-    return Change(writes=intent.writes, appends=intent.appends, result=None)
-
-
 async def apply_intent(
-    store: Store, /, room: str, intent: Intent, *, command_id: str | None = None, **options: Any
+    store: Store,
+    /,
+    room: str,
+    intent: Intent,
+    *,
+    command_id: str | None = None,
+    options: CommitOptions = DEFAULTS,
 ) -> CommitResult:
     """Commit ``intent`` if its predicates hold at the moment of the write.
 
     Raises ``InvalidTransition`` naming the predicates that do not hold.
     """
     keys = list(dict.fromkeys(p.key for p in intent.when))
-    event = None if command_id is None else _intent_payload(intent)
+    event = None if command_id is None else intent_payload(intent)
     return await commit(
         store,
         room,
-        lambda view, _: _intent_transition(view, intent),
+        lambda view, _: intent_transition(view, intent),
         event,
         keys=keys,
         command_id=command_id,
-        **options,
+        options=options,
     )
-
-
-def _intent_payload(intent: Intent) -> JSON:
-    """A JSON form of the intent, so a reused command id with another intent is caught."""
-    return {
-        "when": [[p.key, p.path, p.op, p.value] for p in intent.when],
-        "writes": [{"op": type(w).__name__, **dataclasses.asdict(w)} for w in intent.writes],
-        "appends": [[a.type, a.data] for a in intent.appends],
-    }

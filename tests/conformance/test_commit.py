@@ -9,7 +9,16 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agentrooms.commit import COMMAND_PREFIX, Change, Intent, View, Where, apply_intent, commit
+from agentrooms.commit import (
+    COMMAND_PREFIX,
+    Change,
+    CommitOptions,
+    Intent,
+    View,
+    Where,
+    apply_intent,
+    commit,
+)
 from agentrooms.errors import (
     ContentionExhausted,
     IdempotencyMismatch,
@@ -34,6 +43,7 @@ from tests.conftest import Backend
 from tests.helpers import Interposed
 
 FAST = RetryPolicy(max_attempts=50, budget=30.0, backoff=FullJitter(base=0.001, cap=0.02))
+QUICK = CommitOptions(policy=FAST)
 
 
 def increment(view: View, by: int) -> Change:
@@ -48,7 +58,14 @@ async def test_concurrent_agents_lose_no_update(backend: Backend, room: str) -> 
     async def agent(s: Store) -> list[int]:
         return [
             (
-                await commit(s, room, increment, 1, keys=["counter"], policy=FAST, metrics=metrics)
+                await commit(
+                    s,
+                    room,
+                    increment,
+                    1,
+                    keys=["counter"],
+                    options=CommitOptions(policy=FAST, metrics=metrics),
+                )
             ).result
             for _ in range(5)
         ]
@@ -71,22 +88,22 @@ async def test_a_guess_saves_the_read_and_a_wrong_one_never_commits(
     Right, the commit is one write; wrong, its write fails the compare on the version
     it guessed, and the loop re-reads and recomputes from the store's state."""
     counting = Interposed(store)
-    first = await commit(counting, room, increment, 5, keys=["counter"], policy=FAST)
+    first = await commit(counting, room, increment, 5, keys=["counter"], options=QUICK)
     version = first.versions["counter"]
     right = Snapshot({"counter": Record("counter", 5, version)}, 0.0)
     calls, reads = counting.calls, counting.reads
-    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=right)
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=right, options=QUICK)
     assert (done.result, done.attempts, done.transitions) == (6, 1, 1)
     assert (counting.calls - calls, counting.reads - reads) == (1, 0)
 
     stale = Snapshot({"counter": Record("counter", 5, version)}, 0.0)  # 6 is stored now
     calls, reads = counting.calls, counting.reads
-    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=stale)
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=stale, options=QUICK)
     assert (done.result, done.attempts, done.transitions) == (7, 2, 2)  # 6 was never written
     assert (counting.calls - calls, counting.reads - reads) == (2, 1)
     # the counter conflicted just now: a guess about it is dropped, and it reads
     calls, reads = counting.calls, counting.reads
-    done = await commit(counting, room, increment, 1, keys=["counter"], policy=FAST, guess=right)
+    done = await commit(counting, room, increment, 1, keys=["counter"], guess=right, options=QUICK)
     assert (done.result, done.attempts, counting.reads - reads) == (8, 1, 1)
     assert (await store.read(room, ["counter"])).value("counter") == 8
     assert [e.data for e in await store.read_log(room, 0, 100)] == [5, 1, 1, 1]
@@ -94,7 +111,9 @@ async def test_a_guess_saves_the_read_and_a_wrong_one_never_commits(
     other = f"{room}-2"  # a key the guess lacks counts as absent
     await store.transact(other, writes=[Put("counter", 10)])
     absent = Snapshot({}, 0.0)
-    done = await commit(counting, other, increment, 1, keys=["counter"], policy=FAST, guess=absent)
+    done = await commit(
+        counting, other, increment, 1, keys=["counter"], guess=absent, options=QUICK
+    )
     assert (done.result, done.attempts) == (11, 2)
     await store.delete_room(other)
 
@@ -107,12 +126,12 @@ async def test_writers_of_one_process_take_turns_on_a_hot_key(store: Store, room
     async def run(policy: RetryPolicy, where: str) -> tuple[int, int]:
         metrics = Metrics(CollectorRegistry())
 
+        options = CommitOptions(policy=policy, metrics=metrics)
+
         async def writer() -> int:
             attempts = 0
             for _ in range(5):
-                done = await commit(
-                    store, where, increment, 1, keys=["counter"], policy=policy, metrics=metrics
-                )
+                done = await commit(store, where, increment, 1, keys=["counter"], options=options)
                 attempts += done.attempts
             return attempts
 
@@ -152,9 +171,8 @@ async def test_conflict_discards_and_recomputes_from_a_fresh_snapshot(
     async def fake_sleep(d: float) -> None:
         delays.append(d)
 
-    result = await commit(
-        wrapped, room, transition, 1, keys=["counter"], policy=FAST, sleep=fake_sleep
-    )
+    options = CommitOptions(policy=FAST, sleep=fake_sleep)
+    result = await commit(wrapped, room, transition, 1, keys=["counter"], options=options)
     assert result.attempts == 3 and result.transitions == 3
     assert result.result == 201  # computed from the value the second interferer wrote
     assert len(delays) == 2  # one back-off per conflict, before the re-read
@@ -186,7 +204,9 @@ async def test_contention_exhausted_by_attempts(store: Store, room: str) -> None
     wrapped = Interposed(store, before=always_interfere)
     policy = RetryPolicy(max_attempts=3, budget=30, backoff=NoBackoff())
     with pytest.raises(ContentionExhausted) as info:
-        await commit(wrapped, room, increment, 1, keys=["counter"], policy=policy)
+        await commit(
+            wrapped, room, increment, 1, keys=["counter"], options=CommitOptions(policy=policy)
+        )
     assert info.value.attempts == 3 and info.value.keys == ["counter"]
     assert wrapped.calls == 3
 
@@ -209,10 +229,9 @@ async def test_contention_exhausted_by_budget_and_requeue(store: Store, room: st
             increment,
             1,
             keys=["counter"],
-            policy=policy,
-            sleep=fake_sleep,
-            clock=lambda: now[0],
-            rng=random.Random(7),
+            options=CommitOptions(
+                policy=policy, sleep=fake_sleep, clock=lambda: now[0], rng=random.Random(7)
+            ),
         )
     assert info.value.elapsed <= 1.0
     assert 2 <= info.value.attempts < 1000
@@ -229,10 +248,8 @@ async def test_contention_exhausted_by_budget_and_requeue(store: Store, room: st
         increment,
         5,
         keys=["counter"],
-        policy=policy,
         requeue=requeue,
-        sleep=fake_sleep,
-        clock=lambda: now[0],
+        options=CommitOptions(policy=policy, sleep=fake_sleep, clock=lambda: now[0]),
     )
     assert result.requeued and queue == [5]
 
@@ -288,7 +305,7 @@ async def test_lost_response_retry_applies_nothing_twice(store: Store, room: str
 
     wrapped = Interposed(store, after=lose_first_response)
     result = await commit(
-        wrapped, room, increment, 1, keys=["counter"], command_id="cmd-1", policy=FAST
+        wrapped, room, increment, 1, keys=["counter"], command_id="cmd-1", options=QUICK
     )
     assert result.replayed and result.result == 1
     assert wrapped.calls == 1  # the retry re-read and found the outcome; nothing re-sent
@@ -312,7 +329,7 @@ async def test_concurrent_senders_of_one_command_apply_it_once(backend: Backend,
 
     async def send(s: Store) -> object:
         await barrier.wait()
-        r = await commit(s, room, increment, 7, keys=["counter"], command_id="once", policy=FAST)
+        r = await commit(s, room, increment, 7, keys=["counter"], command_id="once", options=QUICK)
         return r.result
 
     outcomes = await asyncio.gather(*(send(s) for s in stores))
@@ -368,7 +385,15 @@ async def test_same_id_with_another_payload_is_rejected(store: Store, room: str)
 
 
 async def test_outcome_record_expires_after_retention(store: Store, room: str) -> None:
-    await commit(store, room, increment, 1, keys=["counter"], command_id="short", retention=60)
+    await commit(
+        store,
+        room,
+        increment,
+        1,
+        keys=["counter"],
+        command_id="short",
+        options=CommitOptions(retention=60),
+    )
     page = await store.scan(room, COMMAND_PREFIX)
     assert [r.key for r in page.records] == [COMMAND_PREFIX + "short"]
     record = page.records[0]
@@ -403,7 +428,7 @@ async def test_conditional_intent_decided_on_a_stale_read_cannot_commit(
 
     intent = Intent([Where("task/tax", "status", "==", "done")], [Put("report", "stale")])
     with pytest.raises(InvalidTransition, match=r"task/tax\.status == 'done'"):
-        await apply_intent(Interposed(store, before=reopen), room, intent, policy=FAST)
+        await apply_intent(Interposed(store, before=reopen), room, intent, options=QUICK)
     assert (await store.read(room, ["report"])).get("report") is None
 
 
@@ -441,8 +466,7 @@ async def test_metrics_count_conflicts_by_prefix(store: Store, room: str) -> Non
         write,
         None,
         keys=["doc/a"],
-        policy=FAST,
-        metrics=metrics,
+        options=CommitOptions(policy=FAST, metrics=metrics),
     )
     snap = metrics.snapshot()
     assert snap["errors"]["conflict"] == 1

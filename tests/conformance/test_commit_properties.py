@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import InvalidTransition
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.store import Append, Compare, Put
@@ -80,7 +80,13 @@ async def run_history(backend: Backend, commands: list[Transfer], delays: list[f
             event = {"id": ids[i], "source": t.source, "target": t.target, "amount": t.amount}
             try:
                 r = await commit(
-                    wrapped, room, transfer, event, keys=ACCOUNTS, command_id=ids[i], policy=POLICY
+                    wrapped,
+                    room,
+                    transfer,
+                    event,
+                    keys=ACCOUNTS,
+                    command_id=ids[i],
+                    options=CommitOptions(policy=POLICY),
                 )
             except InvalidTransition:
                 return None

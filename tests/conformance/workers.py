@@ -156,7 +156,7 @@ def commit_increments(
     counter through ``commit`` (each its own command id), then one delivery of the
     command ``shared`` that every writer of every process also sends. Returns the counter
     value each of their own commits produced, and what each delivery of ``shared`` got."""
-    from agentrooms import RetryPolicy, commit
+    from agentrooms import CommitOptions, RetryPolicy, commit
 
     async def run() -> tuple[list[int], list[int]]:
         store = await open_store(url)
@@ -168,11 +168,17 @@ def commit_increments(
                 for n in range(count):
                     done = await commit(
                         store, room, _add, 1, keys=["counter"], command_id=f"p{proc}w{i}c{n}",
-                        policy=policy,
+                        options=CommitOptions(policy=policy),
                     )  # fmt: skip
                     own.append(done.result)
                 shared = await commit(
-                    store, room, _add, 1, keys=["counter"], command_id="shared", policy=policy
+                    store,
+                    room,
+                    _add,
+                    1,
+                    keys=["counter"],
+                    command_id="shared",
+                    options=CommitOptions(policy=policy),
                 )
                 return own, shared.result
 

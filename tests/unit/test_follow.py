@@ -64,7 +64,7 @@ async def test_one_reader_serves_every_subscription(store: Faulty) -> None:
         assert await one.wait(5) and await two.wait(5)
         assert [e.type for e in two.take()[0]] == ["x"]
         assert store.log_reads == 1  # read once for both
-    assert not follow_module._followers.get(store)  # the last one out stopped it
+    assert not store.session.shared.followers  # the last one out stopped it
 
 
 def _to(event: Event) -> str | None:
@@ -84,7 +84,7 @@ async def test_routed_subscriptions_get_only_the_events_of_their_routes(store: F
         follow(store, "r", routes=("bob", "all")) as bob,
         follow(store, "r", lambda e: e.type == "t.to") as everything,
     ):
-        follower = follow_module._followers[store.identity][("r", asyncio.get_running_loop())]
+        follower = store.session.shared.followers[("r", asyncio.get_running_loop())]
         done = await store.transact(
             "r",
             appends=[
@@ -157,7 +157,7 @@ async def test_cancelled_waiters_stop_the_follower(store: Faulty) -> None:
 
     task = asyncio.create_task(waiter())
     await asyncio.sleep(0.05)
-    follower = next(iter(follow_module._followers[store].values()))
+    follower = next(iter(store.session.shared.followers.values()))
     assert follower._task is not None and not follower._task.done()
     running = follower._task
     task.cancel()
@@ -165,7 +165,7 @@ async def test_cancelled_waiters_stop_the_follower(store: Faulty) -> None:
         await task
     await asyncio.wait([running], timeout=5)
     assert running.cancelled()
-    assert not follow_module._followers.get(store)
+    assert not store.session.shared.followers
 
 
 class Native(Faulty):
@@ -231,20 +231,11 @@ async def test_a_batch_of_told_events_is_not_read_back(store: Faulty) -> None:
 
 
 def follower_of(store: Store) -> follow_module.Follower:
-    (follower,) = follow_module._followers[store.identity].values()
+    (follower,) = store.session.shared.followers.values()
     return follower
 
 
 # ------------------------------------------------------------ handles of one store
-
-
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
-def shared_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "sqlite":  # one database file: its handles share one worker
-        tmp: Path = request.getfixturevalue("tmp_path")
-        return f"sqlite:///{tmp / 'shared.db'}"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
 
 
 async def test_sqlite_handles_share_a_reader_by_worker_not_by_spelling(tmp_path: Path) -> None:
@@ -273,18 +264,19 @@ async def test_handles_of_one_store_share_one_reader(shared_url: str) -> None:
     await first.transact(room, appends=[Append("created")])
     try:
         assert first.identity == second.identity
+        assert first.session.shared is second.session.shared
         async with (
             follow(first, room, lambda e: True) as one,
             follow(second, room, lambda e: True) as two,
         ):
-            assert len(follow_module._followers[first.identity]) == 1
+            assert len(first.session.shared.followers) == 1
             await second.transact(room, appends=[Append("x")])
             assert await one.wait(5) and await two.wait(5)
             assert [e.type for e in one.take()[0]] == [e.type for e in two.take()[0]] == ["x"]
             tell(first, room, [Event(99, "told", {}, 0.0)])
             assert await two.wait(0)  # no read of the log in between
             assert [e.type for e in two.take()[0]] == ["told"]
-        assert first.identity not in follow_module._followers
+        assert not first.session.shared.followers
     finally:
         await first.close()
         await second.close()
@@ -301,7 +293,7 @@ async def test_a_closed_handle_hands_the_reading_to_another(shared_url: str) -> 
             follow(first, room, lambda e: True),
             follow(second, room, lambda e: e.type == "after") as sub,
         ):
-            follower = follow_module._followers[first.identity][(room, asyncio.get_running_loop())]
+            follower = first.session.shared.followers[(room, asyncio.get_running_loop())]
             assert follower.store is first
             await first.close()
             await second.transact(room, appends=[Append("after")])
@@ -319,5 +311,5 @@ async def test_handles_of_separate_memory_stores_do_not_share() -> None:
     one, two = await open_store("memory://"), await open_store("memory://")
     assert one.identity != two.identity
     async with follow(one, "r", lambda e: True), follow(two, "r", lambda e: True):
-        assert one.identity in follow_module._followers
-        assert two.identity in follow_module._followers
+        assert one.session.shared is not two.session.shared
+        assert one.session.shared.followers and two.session.shared.followers

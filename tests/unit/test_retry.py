@@ -97,7 +97,7 @@ async def test_room_operations_keep_their_2ms_base_unless_the_room_has_a_policy(
     used: list[RetryPolicy] = []
 
     async def spy(*args: Any, **kwargs: Any) -> Any:
-        used.append(kwargs["policy"])
+        used.append(kwargs["options"].policy)
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(scope_module, "commit", spy)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.crdt.codec import Crdt, check_node
 from agentrooms.errors import VersionConflict
 from agentrooms.metrics import Metrics
@@ -139,7 +139,14 @@ async def compact(
         result = value if current is None else value.merge(current)
         return Change() if result == current else Change(writes=[Put(key, result.to_json())])
 
-    await commit(store, room, fold, merged, keys=[key], policy=SYNC_POLICY, metrics=metrics)
+    await commit(
+        store,
+        room,
+        fold,
+        merged,
+        keys=[key],
+        options=CommitOptions(policy=SYNC_POLICY, metrics=metrics),
+    )
     return await _delete_folded(store, room, replicas)
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import ContentionExhausted, StoreUnavailable, VersionConflict
 from agentrooms.reliability.checker import CheckResult, check
 from agentrooms.reliability.history import Operation, dump_jsonl, load_jsonl
@@ -182,7 +182,7 @@ class LibrarySurface:
                     command_id,
                     keys=[COMMITS],
                     command_id=command_id,
-                    policy=POLICY,
+                    options=CommitOptions(policy=POLICY),
                 )
             )
         except ContentionExhausted:

@@ -26,8 +26,9 @@ got it, and a later one is not owed it (the event was appended before it existed
 
 Handles of one store share their followers: the follower is per room, event loop and
 :attr:`Store.identity <agentrooms.store.base.Store.identity>` (the data a handle reaches),
-not per handle. A process that opens several handles to one Redis or PostgreSQL store
-(agents hosted eight to a handle, say) reads each room's log once, not once per handle,
+not per handle (their sessions share them: :mod:`agentrooms.session`). A process that
+opens several handles to one Redis or PostgreSQL store (agents hosted eight to a
+handle, say) reads each room's log once, not once per handle,
 and an event told by one handle wakes the waiters of the others. The follower reads
 through the handle of one of its subscriptions; if that read fails, it moves to another
 subscription's handle, in case the first was closed.
@@ -240,14 +241,10 @@ class Follower:
             subscription._ask_resync()
 
 
-_followers: dict[Hashable, dict[tuple[str, asyncio.AbstractEventLoop], Follower]] = {}
-"""Store identity -> (room, event loop) -> its follower, while it has subscriptions."""
-
-
 def tell(store: Store, room: str, events: list[Event]) -> None:
     """Hand ``events``, just appended to ``room`` by this process, to this event loop's
     subscriptions now (see the module's docstring)."""
-    follower = _followers.get(store.identity, {}).get((room, asyncio.get_running_loop()))
+    follower = store.session.shared.followers.get((room, asyncio.get_running_loop()))
     if follower is None:
         return
     position = follower._position
@@ -262,7 +259,7 @@ def following(store: Store, room: str) -> bool:
     """Whether this event loop has a running follower of (``store``'s identity,
     ``room``): a subscription made now would not have to start one (and read the log's
     position first)."""
-    follower = _followers.get(store.identity, {}).get((room, asyncio.get_running_loop()))
+    follower = store.session.shared.followers.get((room, asyncio.get_running_loop()))
     return follower is not None and follower._task is not None and not follower._task.done()
 
 
@@ -280,30 +277,27 @@ async def follow(
     if (match is None) == (not routes):
         raise ValueError("follow: a match or routes (one of them)")
     key = (room, asyncio.get_running_loop())
-    identity = store.identity
-    followers = _followers.setdefault(identity, {})
+    followers = store.session.shared.followers
     follower = followers.get(key)
     if follower is None:
         follower = followers[key] = Follower(store, room)
     try:
         subscription = await follower.subscribe(match, store, routes)
     except BaseException:
-        _forget(identity, key, follower)
+        _forget(followers, key, follower)
         raise
     try:
         yield subscription
     finally:
         follower.unsubscribe(subscription)
-        _forget(identity, key, follower)
+        _forget(followers, key, follower)
 
 
 def _forget(
-    identity: Hashable, key: tuple[str, asyncio.AbstractEventLoop], follower: Follower
+    followers: dict[tuple[str, asyncio.AbstractEventLoop], Follower],
+    key: tuple[str, asyncio.AbstractEventLoop],
+    follower: Follower,
 ) -> None:
     """Drop ``follower`` from the registry once it has no subscriptions left."""
-    followers = _followers.get(identity)
-    if follower.subscriptions or followers is None or followers.get(key) is not follower:
-        return
-    del followers[key]
-    if not followers:
-        del _followers[identity]
+    if not follower.subscriptions and followers.get(key) is follower:
+        del followers[key]

@@ -13,9 +13,9 @@ Without a policy of the room's own, room operations retry with :data:`ROOM_POLIC
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from agentrooms.commit import Change, CommitResult, Transition, View, commit
+from agentrooms.commit import Change, CommitOptions, CommitResult, Transition, View, commit
 from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
 from agentrooms.metrics import Metrics, operator_metrics
 from agentrooms.retry import FullJitter, RetryPolicy
@@ -111,7 +111,6 @@ class Scope:
         *,
         command_id: str | None = None,
         policy: RetryPolicy | None = None,
-        **options: Any,
     ) -> CommitResult:
         def guarded(view: View, ev: E) -> Change:
             self.check_live(view)
@@ -124,9 +123,9 @@ class Scope:
             event,
             keys=[keys.META, keys.ARCHIVED, *record_keys],
             command_id=command_id,
-            policy=policy or self.policy or ROOM_POLICY,
-            metrics=self.metrics,
-            **options,
+            options=CommitOptions(
+                policy=policy or self.policy or ROOM_POLICY, metrics=self.metrics
+            ),
         )
 
     async def transact(

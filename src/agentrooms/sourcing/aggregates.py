@@ -25,7 +25,8 @@ one aggregate in a room and guarantees:
 * Events the fold rejects (by raising ``InvalidTransition``) are never stored: an
   append folds its new events before it writes them.
 * **An append does not replay the stream, nor read it when nobody else wrote.** An
-  :class:`Aggregates` remembers, for the streams it appended to last (up to ``KNOWN``),
+  :class:`Aggregates` remembers, for the streams it appended to last (up to ``KNOWN``
+  per definition, in the store handle's session, shared by the Aggregates of it),
   the state after its own append and the store versions of the head record and of that
   last event's record. The next append computes from that, without reading (the commit
   loop's ``guess``): its write compares the head and that record at those versions, so
@@ -48,7 +49,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, CommitResult, View, commit
 from agentrooms.errors import BadRequest, InvalidTransition, PayloadTooLarge, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
@@ -142,6 +143,18 @@ def _head_version(value: JSON) -> int:
     return version
 
 
+def _guess(head_key: str, known: _Known[Any], anchor: tuple[str, int]) -> Snapshot:
+    """The head and last event records as our last append left them. Nobody else
+    appended since, most likely: the append computes from them without reading (its
+    write compares them). Only for a caller that expects no other version than the one
+    remembered: only a read can tell whether the stream has moved to another."""
+    records = {
+        head_key: Record(head_key, {"version": known.version}, known.head),
+        anchor[0]: Record(anchor[0], None, anchor[1]),  # its value is not read
+    }
+    return Snapshot(records, time.time())
+
+
 class Aggregates(Generic[S]):
     """The instances of ``aggregate`` in ``room`` of ``store``."""
 
@@ -158,7 +171,8 @@ class Aggregates(Generic[S]):
         self.store, self.room, self.aggregate = store, room, aggregate
         self.policy, self.metrics = policy, metrics
         self.page = min(page, store.limits.max_page)
-        self._known: OrderedDict[str, _Known[S]] = OrderedDict()
+        # by (room, id), shared with the other Aggregates of this definition on this handle
+        self._known: OrderedDict[tuple[str, str], _Known[S]] = store.session.heads(aggregate)
 
     # -- reading -------------------------------------------------------------------
 
@@ -256,12 +270,14 @@ class Aggregates(Generic[S]):
             value = {"n": m, "schema": agg.schema, "state": agg.encode(folded.state)}
             return Change(writes=[Put(keys.snapshot(agg.name, id), value)], result=m)
 
-        done = await commit(self.store, self.room, write, None, keys=[head_key], **self._options())
+        done = await commit(
+            self.store, self.room, write, None, keys=[head_key], options=self._options()
+        )
         version: int = done.result
         return version
 
-    def _options(self) -> dict[str, Any]:
-        return {"policy": self.policy, "metrics": self.metrics}
+    def _options(self) -> CommitOptions:
+        return CommitOptions(policy=self.policy, metrics=self.metrics)
 
     def _catch_up(self, view: View, id: str, folded: _Folded[S]) -> int:
         """Bring ``folded`` to the head in ``view``, reading missed events through the
@@ -294,7 +310,7 @@ class Aggregates(Generic[S]):
         check_id(id, "aggregate id")
         if author is not None:
             check_id(author, "author")
-        known = self._known.pop(id, None)
+        known = self._known.pop((self.room, id), None)
         # (the key of the last event we folded, the store version it must still have)
         anchor: tuple[str, int] | None = None
         if known is None:
@@ -304,16 +320,9 @@ class Aggregates(Generic[S]):
             anchor = (keys.event(agg.name, id, known.version), known.anchor)
         head_key = keys.head(agg.name, id)
         after: list[Any] = []
-        # Nobody else appended since our last append, most likely: compute from what we
-        # wrote, without reading (the write compares it). Not when the caller expects
-        # another version: only a read can tell whether the stream has moved there.
         guess = None
         if known is not None and anchor is not None and expected in (None, known.version):
-            records = {
-                head_key: Record(head_key, {"version": known.version}, known.head),
-                anchor[0]: Record(anchor[0], None, anchor[1]),  # its value is not read
-            }
-            guess = Snapshot(records, time.time())
+            guess = _guess(head_key, known, anchor)
 
         def transition(view: View, cmd: C) -> Change:
             if anchor is not None and view.version(anchor[0]) != anchor[1]:
@@ -341,18 +350,13 @@ class Aggregates(Generic[S]):
                 keys=[head_key, *([anchor[0]] if anchor else [])],
                 command_id=command_id,
                 guess=guess,
-                **self._options(),
+                options=self._options(),
             )
         except _Forgotten:
             return await self._commit(id, decide, command, expected, command_id, author)
         outcome = done.result
         if not done.replayed and outcome["count"]:
-            last = keys.event(agg.name, id, outcome["version"])
-            versions = done.versions
-            state = copy.deepcopy(after[0])
-            self._remember(
-                id, _Known(state, outcome["version"], versions[last], versions[head_key])
-            )
+            self._remember(id, done, after[0])
         return Appended(
             id,
             outcome["version"],
@@ -364,8 +368,16 @@ class Aggregates(Generic[S]):
             done.replayed,
         )
 
-    def _remember(self, id: str, known: _Known[S]) -> None:
-        self._known[id] = known
+    def _remember(self, id: str, done: CommitResult, state: S) -> None:
+        """What our append left: ``state`` (a copy) at the stream's new version, and the
+        store versions of its head and last event records."""
+        version = done.result["version"]
+        last, head = (
+            keys.event(self.aggregate.name, id, version),
+            keys.head(self.aggregate.name, id),
+        )
+        known = _Known(copy.deepcopy(state), version, done.versions[last], done.versions[head])
+        self._known[(self.room, id)] = known
         while len(self._known) > KNOWN:
             self._known.popitem(last=False)
 

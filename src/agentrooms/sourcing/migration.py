@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, TypeAlias
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import BadRequest, ContentionExhausted, InvalidTransition
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
@@ -189,8 +189,7 @@ class ProjectionMigration:
             lambda view, _: transition(view),
             None,
             keys=[self.mig_key, self.active_key, *extra],
-            policy=self.policy,
-            metrics=self.metrics,
+            options=CommitOptions(policy=self.policy, metrics=self.metrics),
         )
         return Phase(done.result)
 

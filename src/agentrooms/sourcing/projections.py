@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrooms.commit import Change, View, commit
+from agentrooms.commit import Change, CommitOptions, View, commit
 from agentrooms.errors import BadRequest, InvalidTransition, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
@@ -262,8 +262,7 @@ class Projector:
             fold,
             None,
             keys=[self.pos_key, self.active_key, *hint],
-            policy=self.policy,
-            metrics=self.metrics,
+            options=CommitOptions(policy=self.policy, metrics=self.metrics),
         )
 
     def _dry_run(self, recorded: list[Recorded]) -> list[str]:
@@ -334,8 +333,7 @@ class Projector:
             mark,
             None,
             keys=[self.pos_key],
-            policy=self.policy,
-            metrics=self.metrics,
+            options=CommitOptions(policy=self.policy, metrics=self.metrics),
         )
         version = done.versions.get(self.pos_key)
         return int(done.result) if version is None else version

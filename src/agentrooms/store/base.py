@@ -29,7 +29,7 @@ import abc
 import asyncio
 from collections.abc import Hashable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agentrooms.errors import BadRequest, VersionConflict
 from agentrooms.store.contention import Contention
@@ -54,6 +54,9 @@ from agentrooms.store.validation import (
     check_timeout,
     prepare_transact,
 )
+
+if TYPE_CHECKING:
+    from agentrooms.session import Session
 
 # ------------------------------------------------------------ helpers for queued calls
 
@@ -108,6 +111,18 @@ class Store(abc.ABC):
         backend is a server that every handle opened with the same URL reaches
         (:attr:`shared_by_url`)."""
         return (self.backend, self.url) if self.shared_by_url else self
+
+    @property
+    def session(self) -> Session:
+        """What this process knows about the data this handle reaches, made on first use:
+        caches and local turns that save reads and collisions, never a source of truth
+        (:mod:`agentrooms.session`)."""
+        session: Session | None = self.__dict__.get("_session")
+        if session is None:
+            from agentrooms.session import Session
+
+            session = self.__dict__["_session"] = Session(self)
+        return session
 
     @property
     def follow_returns_events(self) -> bool:

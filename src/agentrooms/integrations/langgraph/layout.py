@@ -26,6 +26,8 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from agentrooms.store import Put, Write
+
 CHECKPOINTS = "lgc/"
 BLOBS = "lgb/"
 RUNS = "lgr/"
@@ -106,3 +108,18 @@ def packed(typed: tuple[str, bytes]) -> dict[str, Any]:
 
 def unpacked(value: dict[str, Any]) -> tuple[str, bytes]:
     return value["t"], base64.b64decode(value["b"])
+
+
+def entry_of(value: Any) -> str | None:
+    """The run index key of a checkpoint record's value (``None`` for other records)."""
+    if isinstance(value, dict) and value.get("k") == "cp":
+        return run_entry(value)
+    return None
+
+
+def index_writes(record: dict[str, Any]) -> list[Write]:
+    """The run index entry to write with a checkpoint record, if a run wrote it."""
+    key = run_entry(record)
+    if key is None:
+        return []
+    return [Put(key, {"thread": record["thread"], "ns": record["ns"], "id": record["id"]})]

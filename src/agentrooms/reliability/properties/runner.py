@@ -35,6 +35,7 @@ from agentrooms.reliability.properties.cursors import run_cursors
 from agentrooms.reliability.properties.fences import run_fences
 from agentrooms.reliability.properties.outbox import run_outbox
 from agentrooms.reliability.servers import ServerProcess
+from agentrooms.reliability.torture.settings import check_target, check_url
 
 __all__ = [
     "PROPERTIES",
@@ -45,8 +46,6 @@ __all__ = [
 ]
 
 PROPERTIES = ("fences", "cursors", "outbox")
-BACKENDS = ("memory", "sqlite", "redis", "postgres")
-SURFACES = ("library", "http", "mcp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +68,11 @@ class PropertySettings:
     servers: int = 2
 
     def validate(self) -> None:
-        """``ValueError`` (with the reason) if the runs cannot be done as asked."""
+        """``ValueError`` (``Unsupported``, with the reason) if the runs cannot be done as
+        asked."""
         if self.property not in PROPERTIES:
             raise ValueError(f"unknown property {self.property!r}; known: {', '.join(PROPERTIES)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
-        if self.surface not in SURFACES:
-            raise ValueError(f"unknown surface {self.surface!r}; known: {', '.join(SURFACES)}")
-        if self.backend == "memory" and self.surface != "library":
-            raise ValueError(
-                f"memory:// lives inside one process, and the {self.surface} surface needs "
-                "server processes that share the store"
-            )
+        check_target(self.backend, self.surface)
         if self.property == "outbox" and self.surface != "library":
             raise ValueError(
                 "the outbox is checked through the library only: neither the HTTP API nor "
@@ -90,11 +82,7 @@ class PropertySettings:
             raise ValueError("workers must be at least 1, servers at least 2")
         if self.runs is None and self.minutes is None:
             raise ValueError("give a number of runs (--histories) or of minutes")
-        if self.url is not None:
-            from agentrooms.reliability.stores import backend_of
-
-            if backend_of(self.url) != self.backend:
-                raise ValueError(f"the URL {self.url!r} is not a {self.backend} store")
+        check_url(self.url, self.backend)
 
     def replay(self, seed: int) -> str:
         """The command that records run ``seed`` again, alone."""

@@ -48,6 +48,29 @@ class Unsupported(ValueError):
     """A run the runner cannot do as asked (the message says why)."""
 
 
+def check_target(backend: str, surface: str) -> None:
+    """``Unsupported`` unless ``backend`` and ``surface`` are known and go together."""
+    if backend not in BACKENDS:
+        raise Unsupported(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if surface not in SURFACES:
+        raise Unsupported(f"unknown surface {surface!r}; known: {', '.join(SURFACES)}")
+    if backend == "memory" and surface != "library":
+        raise Unsupported(
+            f"memory:// lives inside one process, and the {surface} surface needs "
+            "server processes that share the store: use --surface library on memory, "
+            "or the backends sqlite, redis or postgres"
+        )
+
+
+def check_url(url: str | None, backend: str) -> None:
+    """``Unsupported`` if ``url`` is given and is not a ``backend`` store."""
+    if url is not None:
+        from agentrooms.reliability.stores import backend_of
+
+        if backend_of(url) != backend:
+            raise Unsupported(f"the URL {url!r} is not a {backend} store")
+
+
 class StoreFault(Protocol):
     """A fault of the store under test: ``inject`` starts it, ``heal`` ends it (both
     bounded in time)."""
@@ -89,16 +112,7 @@ class Settings:
 
     def validate(self) -> None:
         """``Unsupported`` (with the reason) if the run cannot be done as asked."""
-        if self.backend not in BACKENDS:
-            raise Unsupported(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
-        if self.surface not in SURFACES:
-            raise Unsupported(f"unknown surface {self.surface!r}; known: {', '.join(SURFACES)}")
-        if self.backend == "memory" and self.surface != "library":
-            raise Unsupported(
-                f"memory:// lives inside one process, and the {self.surface} surface needs "
-                "server processes that share the store: use --surface library on memory, "
-                "or the backends sqlite, redis or postgres"
-            )
+        check_target(self.backend, self.surface)
         if self.broken is not None:
             if self.broken not in BROKEN:
                 raise Unsupported(f"unknown broken store {self.broken!r}; known: {sorted(BROKEN)}")
@@ -111,11 +125,7 @@ class Settings:
             raise Unsupported("clients, ops and keys must be at least 1, servers at least 2")
         if self.histories is None and self.minutes is None:
             raise Unsupported("give a number of histories or of minutes")
-        if self.url is not None:
-            from agentrooms.reliability.stores import backend_of
-
-            if backend_of(self.url) != self.backend:
-                raise Unsupported(f"the URL {self.url!r} is not a {self.backend} store")
+        check_url(self.url, self.backend)
 
     def workload(self, seed: int) -> Workload:
         """What history ``seed``'s clients do."""

@@ -5,7 +5,7 @@ fencing token; when does the holder's lease run out; who is next in line) and te
 they learn. A guess only picks which write to try first: a wrong one fails that write's
 compare and costs one write more, never a wrong grant. The base class knows nothing (every
 operation then reads what it needs); :class:`ProcessKnowledge` remembers, one per store
-handle (:func:`knowledge_of`). Why: docs/why-locks.md.
+handle, in its session (:func:`knowledge_of`). Why: docs/why-locks.md.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
-from collections.abc import Callable, Coroutine, Hashable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -85,17 +84,13 @@ class _Belief:
     mark: int | None = None  # see Knowledge.mark_of
 
 
-_entries: dict[tuple[Hashable, str, str, str], dict[str, Any]] = {}
-"""The queue entries of this process's waiters, by (store identity, room, lock, waiter):
-shared by the handles that reach the same data."""
-
-
 class ProcessKnowledge(Knowledge):
     """Remembers the last thing learned of up to :data:`SEEN` locks (the least recently
-    learned is forgotten first), and the entries of this process's waiters."""
+    learned is forgotten first), and the entries of this process's waiters in ``entries``
+    (by room, lock and waiter: shared by the handles that reach the same data)."""
 
-    def __init__(self, identity: Hashable) -> None:
-        self._identity = identity
+    def __init__(self, entries: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+        self._entries = entries
         self._beliefs: dict[tuple[str, str], _Belief] = {}
 
     def known(self) -> list[tuple[str, str]]:
@@ -136,7 +131,7 @@ class ProcessKnowledge(Knowledge):
         return None if belief is None else belief.line
 
     def entry_of(self, room: str, name: str, waiter: str) -> dict[str, Any] | None:
-        return _entries.get((self._identity, room, name, waiter))
+        return self._entries.get((room, name, waiter))
 
     def granted(self, lock: Lock, until: float | None, mark: int | None) -> None:
         self._set(lock.room, lock.name, _Belief(True, lock.fence, until, mark=mark))
@@ -166,21 +161,16 @@ class ProcessKnowledge(Knowledge):
 
     @contextlib.contextmanager
     def waiting(self, room: str, name: str, waiter: str, entry: dict[str, Any]) -> Iterator[None]:
-        key = (self._identity, room, name, waiter)
-        _entries[key] = entry
+        key, entries = (room, name, waiter), self._entries
+        entries[key] = entry
         try:
             yield
         finally:
-            if _entries.get(key) is entry:
-                del _entries[key]
-
-
-_known: weakref.WeakKeyDictionary[Store, ProcessKnowledge] = weakref.WeakKeyDictionary()
+            if entries.get(key) is entry:
+                del entries[key]
 
 
 def knowledge_of(store: Store) -> ProcessKnowledge:
-    """This process's knowledge of the locks reached through ``store`` (one per handle)."""
-    known = _known.get(store)
-    if known is None:
-        known = _known[store] = ProcessKnowledge(store.identity)
-    return known
+    """This process's knowledge of the locks reached through ``store`` (one per handle,
+    kept in its :attr:`~agentrooms.store.base.Store.session`)."""
+    return store.session.locks
