@@ -6,6 +6,10 @@
   key prefix unique to this run; the run's keys are deleted at the end.
 * postgres: a database created for this run on ``AGENTROOMS_TEST_POSTGRES_URL``
   (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
+* postgres-pgbouncer-tx, postgres-pgbouncer-session: that database through pgbouncer
+  (tests/pgbouncer_fixture.py) in transaction and in session pooling, each in a schema
+  of its own. They run only the modules of :data:`POOLED_MODULES` (the store's and the
+  room-level conformance suites): elsewhere they are deselected.
 
 A backend whose service does not answer is skipped on a laptop, but with
 ``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
@@ -24,8 +28,25 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from agentrooms.store import Limits, Store, open_store
+from tests import pgbouncer_fixture
+from tests.pgbouncer_fixture import PgBouncer
 
-BACKENDS = ("memory", "sqlite", "redis", "postgres")
+BACKENDS = (
+    "memory",
+    "sqlite",
+    "redis",
+    "postgres",
+    "postgres-pgbouncer-tx",
+    "postgres-pgbouncer-session",
+)
+POOLED = ("postgres-pgbouncer-tx", "postgres-pgbouncer-session")
+# The suites that also run through pgbouncer (all of them would double the postgres time).
+POOLED_MODULES = (
+    "tests/conformance/test_store.py",
+    "tests/conformance/test_rooms.py",
+    "tests/conformance/test_commit.py",
+    "tests/conformance/test_sets_watch_rooms.py",
+)
 RUN_ID = uuid.uuid4().hex[:10]
 REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")
 REDIS_URL = os.environ.get("AGENTROOMS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -93,6 +114,46 @@ def postgres_url() -> Iterator[str]:
     asyncio.run(admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def pgbouncers(postgres_url: str) -> Iterator[Callable[..., PgBouncer]]:
+    """Start (once per run and configuration) a pgbouncer in front of the test server:
+    ``pgbouncers("transaction")``, ``pgbouncers("session", connect_query=...)``."""
+    if not pgbouncer_fixture.available():
+        unavailable("pgbouncer (Debian package pgbouncer) is not installed, so it")
+    started: dict[tuple[str, tuple[tuple[str, str], ...]], PgBouncer] = {}
+
+    def get(pool_mode: str, **settings: str) -> PgBouncer:
+        key = (pool_mode, tuple(sorted(settings.items())))
+        if key not in started:
+            started[key] = pgbouncer_fixture.start(postgres_url, pool_mode, **settings)
+        return started[key]
+
+    yield get
+    for bouncer in started.values():
+        bouncer.stop()
+
+
+def pooled_url(postgres_url: str, bouncer: PgBouncer, pooler: str, schema: str) -> str:
+    """The test database through ``bouncer``, as a store URL in ``pooler`` mode."""
+    dbname = urlsplit(postgres_url).path.lstrip("/")
+    return bouncer.url(dbname, f"pooler={pooler}&schema={schema}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The pgbouncer backends run the modules of POOLED_MODULES only."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("backend") if callspec is not None else None
+        if name in POOLED and not item.nodeid.startswith(POOLED_MODULES):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @dataclass
 class Backend:
     """How a test reaches one backend: a URL (when other processes can share it) and an
@@ -134,6 +195,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         b = Backend(name, f"sqlite:///{tmp_path / 'store.db'}", shared_across_processes=True)
     elif name == "redis":
         b = Backend(name, request.getfixturevalue("redis_url"), True)
+    elif name in POOLED:
+        pooler = "transaction" if name == "postgres-pgbouncer-tx" else "session"
+        bouncer = request.getfixturevalue("pgbouncers")(pooler)
+        schema = "pgbouncer_tx" if pooler == "transaction" else "pgbouncer_session"
+        b = Backend(
+            name, pooled_url(request.getfixturevalue("postgres_url"), bouncer, pooler, schema), True
+        )
     else:
         b = Backend(name, request.getfixturevalue("postgres_url"), True)
     b._opened = request.getfixturevalue("_opened_stores")

@@ -2,9 +2,10 @@
 started per test run on a free port with its own ini and userlist in a temporary
 directory, stopped (its own pid only) at the run's end.
 
-:func:`start` takes the pool mode and any further ``[pgbouncer]`` settings (for example
-``connect_query`` or ``ignore_startup_parameters``, to reproduce a pooler that changes or
-drops session settings). Authentication is ``trust``, like the test server's.
+:func:`start` takes the pool mode, a ``connect_query`` (run on every server connection
+it opens) and any further ``[pgbouncer]`` settings (such as ``ignore_startup_parameters``),
+to reproduce a pooler that changes or drops session settings. Authentication is
+``trust``, like the test server's.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def available() -> bool:
     return shutil.which("pgbouncer") is not None
 
 
-def start(postgres_url: str, pool_mode: str, **settings: str) -> PgBouncer:
+def start(
+    postgres_url: str, pool_mode: str, connect_query: str | None = None, **settings: str
+) -> PgBouncer:
     """Start pgbouncer in ``pool_mode`` in front of ``postgres_url``'s server (every
     database), with ``settings`` added to its ``[pgbouncer]`` section."""
     server = urlsplit(postgres_url)
@@ -97,7 +100,12 @@ def start(postgres_url: str, pool_mode: str, **settings: str) -> PgBouncer:
         ini["user"] = _unprivileged_user()
     lines = [
         "[databases]",
-        f"* = host={server.hostname or '127.0.0.1'} port={server.port or 5432}",
+        f"* = host={server.hostname or '127.0.0.1'} port={server.port or 5432}"
+        + (
+            ""
+            if connect_query is None
+            else " connect_query='{}'".format(connect_query.replace("'", "''"))
+        ),
         "[pgbouncer]",
         *(f"{k} = {v}" for k, v in ini.items()),
     ]
@@ -107,19 +115,19 @@ def start(postgres_url: str, pool_mode: str, **settings: str) -> PgBouncer:
         uid = pwd.getpwnam(ini["user"]).pw_uid
         for path in (directory, *directory.iterdir()):
             os.chown(path, uid, -1)
-    process = subprocess.Popen(
-        ["pgbouncer", str(directory / "pgbouncer.ini")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with (directory / "stderr.log").open("wb") as stderr:
+        process = subprocess.Popen(
+            ["pgbouncer", str(directory / "pgbouncer.ini")],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     bouncer = PgBouncer(port, process, directory, user)
     deadline = time.monotonic() + _START_TIMEOUT
     while not _answers(port):
         if process.poll() is not None or time.monotonic() > deadline:
-            stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            log = bouncer.log()
+            log = (directory / "stderr.log").read_text(errors="replace") + bouncer.log()
             bouncer.stop()
-            raise RuntimeError(f"pgbouncer did not start: {stderr}{log}")
+            raise RuntimeError(f"pgbouncer did not start: {log}")
         time.sleep(0.05)
     return bouncer
 
