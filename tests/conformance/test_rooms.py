@@ -1290,7 +1290,7 @@ async def test_a_release_passes_over_a_head_that_left_after_it_was_looked_up(
     a = await room.locks.try_acquire("plan", "A", ttl=30)
 
     async def in_line(n: int) -> None:  # the order of the line, whatever the store's latency
-        while len(await room.locks.waiters("plan")) < n:
+        while len(await room.locks.waiters("plan")) < n:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
     b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
