@@ -10,6 +10,10 @@
   ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
   the conformance suites and the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
   (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
+* postgres-pgbouncer-tx, postgres-pgbouncer-session: that database through pgbouncer
+  (tests/pgbouncer_fixture.py) in transaction and in session pooling, each in a schema
+  of its own. They run only the modules of :data:`POOLED_MODULES` (the store's and the
+  room-level conformance suites): elsewhere they are deselected.
 
 A backend whose service does not answer is skipped on a laptop, but with
 ``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
@@ -29,12 +33,30 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from agentrooms.store import Limits, Store, open_store
+from tests import pgbouncer_fixture
 from tests.cluster_fixture import Cluster, start_cluster
+from tests.pgbouncer_fixture import PgBouncer
 
-BACKENDS = ("memory", "sqlite", "redis", "postgres", "redis-cluster")
+BACKENDS = (
+    "memory",
+    "sqlite",
+    "redis",
+    "postgres",
+    "redis-cluster",
+    "postgres-pgbouncer-tx",
+    "postgres-pgbouncer-session",
+)
 CLUSTER_SUITES = ("tests/conformance/", "tests/unit/test_redis_cluster.py")
 """Where the ``redis-cluster`` cases run (paths, or folders ending in ``/``)."""
 CLUSTER_ALL = os.environ.get("AGENTROOMS_CLUSTER_ALL", "") not in ("", "0", "false")
+POOLED = ("postgres-pgbouncer-tx", "postgres-pgbouncer-session")
+# The suites that also run through pgbouncer (all of them would double the postgres time).
+POOLED_MODULES = (
+    "tests/conformance/test_store.py",
+    "tests/conformance/test_rooms.py",
+    "tests/conformance/test_commit.py",
+    "tests/conformance/test_sets_watch_rooms.py",
+)
 RUN_ID = uuid.uuid4().hex[:10]
 REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")
 REDIS_URL = os.environ.get("AGENTROOMS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -79,24 +101,6 @@ def redis_url() -> Iterator[str]:
         client.close()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the ``redis-cluster`` cases of modules outside :data:`CLUSTER_SUITES`."""
-    if CLUSTER_ALL:
-        return
-    root = Path(str(config.rootpath))
-    kept: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        on_cluster = callspec is not None and callspec.params.get("backend") == "redis-cluster"
-        where = Path(str(item.path)).relative_to(root).as_posix() if on_cluster else ""
-        elsewhere = on_cluster and not where.startswith(CLUSTER_SUITES)
-        (dropped if elsewhere else kept).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
-
-
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The run's own Redis Cluster (started on first use, stopped at the session's end)."""
@@ -137,6 +141,53 @@ def postgres_url() -> Iterator[str]:
     parts = urlsplit(POSTGRES_URL)
     yield urlunsplit((parts.scheme, parts.netloc, f"/{dbname}", parts.query, ""))
     asyncio.run(admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def pgbouncers(postgres_url: str) -> Iterator[Callable[..., PgBouncer]]:
+    """Start (once per run and configuration) a pgbouncer in front of the test server:
+    ``pgbouncers("transaction")``, ``pgbouncers("session", connect_query=...)``."""
+    if not pgbouncer_fixture.available():
+        unavailable("pgbouncer (Debian package pgbouncer) is not installed, so it")
+    started: dict[tuple[str, tuple[tuple[str, str], ...]], PgBouncer] = {}
+
+    def get(pool_mode: str, **settings: str) -> PgBouncer:
+        key = (pool_mode, tuple(sorted(settings.items())))
+        if key not in started:
+            started[key] = pgbouncer_fixture.start(postgres_url, pool_mode, **settings)
+        return started[key]
+
+    yield get
+    for bouncer in started.values():
+        bouncer.stop()
+
+
+def pooled_url(postgres_url: str, bouncer: PgBouncer, pooler: str, schema: str) -> str:
+    """The test database through ``bouncer``, as a store URL in ``pooler`` mode."""
+    dbname = urlsplit(postgres_url).path.lstrip("/")
+    return bouncer.url(dbname, f"pooler={pooler}&schema={schema}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``redis-cluster`` cases of modules outside :data:`CLUSTER_SUITES`
+    (unless ``AGENTROOMS_CLUSTER_ALL``) and the pgbouncer cases outside
+    :data:`POOLED_MODULES`."""
+    root = Path(str(config.rootpath))
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("backend") if callspec is not None else None
+        where = Path(str(item.path)).relative_to(root).as_posix()
+        off_cluster = name == "redis-cluster" and not CLUSTER_ALL
+        if (off_cluster and not where.startswith(CLUSTER_SUITES)) or (
+            name in POOLED and not item.nodeid.startswith(POOLED_MODULES)
+        ):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @dataclass
@@ -182,6 +233,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         b = Backend(name, request.getfixturevalue("redis_url"), True)
     elif name == "redis-cluster":
         b = Backend(name, request.getfixturevalue("redis_cluster_url"), True)
+    elif name in POOLED:
+        pooler = "transaction" if name == "postgres-pgbouncer-tx" else "session"
+        bouncer = request.getfixturevalue("pgbouncers")(pooler)
+        schema = "pgbouncer_tx" if pooler == "transaction" else "pgbouncer_session"
+        b = Backend(
+            name, pooled_url(request.getfixturevalue("postgres_url"), bouncer, pooler, schema), True
+        )
     else:
         b = Backend(name, request.getfixturevalue("postgres_url"), True)
     b._opened = request.getfixturevalue("_opened_stores")

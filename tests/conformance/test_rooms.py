@@ -1288,10 +1288,15 @@ async def test_a_release_passes_over_a_head_that_left_after_it_was_looked_up(
 
     monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)
     a = await room.locks.try_acquire("plan", "A", ttl=30)
+
+    async def in_line(n: int) -> None:  # the order of the line, whatever the store's latency
+        while len(await room.locks.waiters("plan")) < n:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
     b = asyncio.create_task(room.locks.wait_acquire("plan", "B", ttl=30, timeout=20))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(in_line(1), 10)
     dead = asyncio.create_task(room.locks.wait_acquire("plan", "dead", ttl=30, timeout=20))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(in_line(2), 10)
     assert await room.locks.release(a)
     lock = await asyncio.wait_for(b, 10)  # and it looked up "dead" as the next in line
     dead.cancel()  # its entry is no longer refreshed

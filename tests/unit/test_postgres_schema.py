@@ -203,7 +203,7 @@ async def test_a_schema_built_before_the_squash_keeps_working_with_its_data(
     try:
         await conn.execute("DELETE FROM schema_migrations")
         for version, name in [*SQUASHED, (FIRST, "outcomes"), *SINCE]:
-            await conn.execute(QUERIES["record_migration"].sql, version, name)
+            await conn.execute(QUERIES["record_migration"].on(schema), version, name)
         await conn.execute(
             "CREATE OR REPLACE FUNCTION trim_log(p_room text, p_before bigint) RETURNS bigint"
             " LANGUAGE sql AS $$ SELECT -1::bigint $$"
@@ -338,7 +338,7 @@ async def test_a_schema_between_squashed_versions_or_newer_is_refused(
     try:
         await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
         await conn.execute(MIGRATIONS[0].sql)
-        await conn.execute(QUERIES["record_migration"].sql, version, "old")
+        await conn.execute(QUERIES["record_migration"].on(schema), version, "old")
     finally:
         await conn.close()
     with pytest.raises(StoreUnavailable, match="squashed" if version < FIRST else "newer"):
@@ -364,7 +364,7 @@ async def test_every_named_query_is_described_and_prepares(
     try:
         for query in QUERIES.values():
             assert query.description, query.name
-            await conn.prepare(query.sql)
+            await conn.prepare(query.on(schema))
     finally:
         await conn.close()
 
@@ -1138,7 +1138,7 @@ async def test_a_read_looks_up_each_key_whatever_the_plan_cache_knows(
         server_settings={"search_path": schema, "plan_cache_mode": "force_generic_plan"},
     )
     try:
-        await conn.execute(f"PREPARE rd (text, text[]) AS {QUERIES['read'].sql}")
+        await conn.execute(f"PREPARE rd (text, text[]) AS {QUERIES['read'].on(schema)}")
         await conn.execute("EXECUTE rd ('r', ARRAY['seed'])")  # the plan is made here
         await pg.transact("r", writes=[Put(f"k{i:04}", i) for i in range(2000)])
         plan = "\n".join(

@@ -9,6 +9,11 @@ URL                    backend
 ``redis+cluster://h1:p1,h2:p2/?prefix=ar``    Redis Cluster 7+ (extra ``agentrooms[redis]``)
 ``postgresql://user@host:port/dbname``        PostgreSQL 13+ (extra ``agentrooms[postgres]``)
 =====================  ==============================================================
+
+Each backend's URL parameters are documented in its module (PostgreSQL's, including
+``pooler``, ``listen_url`` and ``poll_interval`` for running behind pgbouncer, in
+``agentrooms.store.postgres.config``) and in the README's table; docs/scaling.md says
+how to run PostgreSQL behind a connection pooler.
 """
 
 from __future__ import annotations

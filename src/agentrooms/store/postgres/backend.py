@@ -18,12 +18,17 @@ and the flushes (docs/why.md).
 Sets live in one table ordered for picking (``set_pick``: ``FOR UPDATE SKIP LOCKED`` on
 that order, so concurrent pickers get different members). ``watch`` is woken by
 LISTEN/NOTIFY over one extra connection per store (``listener.py``), opened on the first
-``watch``. ``delete_room`` is one transaction, excluding transacts of the room with an
-advisory lock. The lock order that keeps all of these free of deadlocks is written once,
-above ``transact()`` in ``functions/transact.sql``.
+``watch`` (to ``listen_url`` if given); behind transaction pooling without one, where
+NOTIFY cannot arrive, it re-reads the room every ``poll_interval`` instead.
+``delete_room`` is one transaction, excluding transacts of the room with an advisory
+lock. The lock order that keeps all of these free of deadlocks is written once, above
+``transact()`` in ``functions/transact.sql``.
 
+Every statement names its schema's objects (``queries.sql``) and every function sets its
+own search_path, so no statement depends on session state a connection pooler may drop.
 The URL's own query parameters (``schema``, ``pool_size``, ``connect_timeout``,
-``timeout``) and the session settings are in ``config.py``.
+``timeout``, ``pooler``, ``listen_url``, ``poll_interval``) and the session settings are
+in ``config.py``; docs/scaling.md says how to run behind pgbouncer.
 
 Durability: a transact returns after its commit, which survives a crash when the server
 runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns
@@ -71,6 +76,7 @@ from agentrooms.store.validation import decode_json
 
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
 _RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
+_WRONG_SESSION = "AR001"  # transact() refused the session's isolation level
 
 _UNAVAILABLE = (
     asyncpg.PostgresError,
@@ -87,12 +93,18 @@ def _driver_errors(what: str) -> Iterator[None]:
 
     A data exception (SQLSTATE class 22, or an argument the driver cannot encode, such
     as a lone surrogate in a JSON string) is the caller's input: ``BadRequest``, and the
-    statement failed, so nothing was written. Anything else is ``StoreUnavailable``.
+    statement failed, so nothing was written; so is ``transact()``'s refusal of a session
+    at the wrong isolation level (a misconfiguration, not worth retrying). Anything else
+    is ``StoreUnavailable``.
     """
     try:
         yield
     except asyncpg.exceptions.DataError as exc:
         raise BadRequest(f"PostgreSQL rejected the input of {what}: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate == _WRONG_SESSION:
+            raise BadRequest(f"PostgreSQL {what}: {exc}") from exc
+        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
     except asyncpg.ClientConfigurationError as exc:
         raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
     except TimeoutError as exc:
@@ -124,6 +136,22 @@ def _matches_no_key(prefix: str) -> bool:
     return "\x00" in prefix
 
 
+def _check_session(config: PostgresConfig, schema: str | None, isolation: str) -> None:
+    """The open check: ``BadRequest`` unless the session is as the store needs it."""
+    if isolation != "read committed":
+        raise BadRequest(
+            f"the PostgreSQL session's transaction_isolation is {isolation!r}, not 'read "
+            "committed', which transact needs: set default_transaction_isolation to 'read "
+            "committed' for the server, database or role (or in the pooler's connect_query)"
+        )
+    if config.pooler is None and schema != config.schema:
+        raise BadRequest(
+            f"the PostgreSQL session's current_schema() is {schema!r}, not the store's "
+            f"{config.schema!r}: the startup settings were dropped on the way (a connection "
+            "pooler?); behind a pooler, add pooler=transaction or pooler=session to the URL"
+        )
+
+
 def _record(row: Any) -> Record:
     return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
 
@@ -144,6 +172,7 @@ class PostgresStore(Store):
         super().__init__(url, limits)
         self.config = config
         self.schema = config.schema
+        self._sql = {name: query.on(config.schema) for name, query in QUERIES.items()}
         self._pool = pool
         self._listener = listener
         # Rooms with an appending transact in flight -> the ones queued behind it.
@@ -152,31 +181,48 @@ class PostgresStore(Store):
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
-        """Connect, then create or migrate the schema (safe from many processes at once)."""
+        """Connect, create or migrate the schema (safe from many processes at once), then
+        check the session: ``BadRequest`` if it is not at READ COMMITTED or, on a direct
+        connection, if its schema is not the store's (a pooler dropped the settings)."""
         config = parse_url(url)
         schema = config.schema
         connect = functools.partial(
             asyncpg.connect,
             config.dsn,
-            server_settings=session_settings(schema),
+            server_settings=session_settings(schema, config.pooler),
             timeout=config.connect_timeout,
             command_timeout=config.timeout,  # every statement but the pool's own calls
+            # Named prepared statements do not survive transaction pooling: a statement
+            # prepared on one server connection is run on another.
+            **({"statement_cache_size": 0} if config.pooler == "transaction" else {}),
         )
         pool = ConnectionPool(connect, config.pool_size, config.timeout)
         try:
             with _driver_errors("connect and migrate"):
                 async with pool.acquire() as conn:
                     await migrate(conn, schema)
+                    check = await conn.fetchrow(QUERIES["session_check"].sql)
+            assert check is not None
+            _check_session(config, check["schema"], check["isolation"])
         except BaseException:
             with contextlib.suppress(Exception):
                 await pool.close()
             raise
-        listener = Listener(connect, QUERIES["notify_channel"].sql)
+        listen = connect
+        if config.listen_dsn is not None:
+            listen = functools.partial(
+                asyncpg.connect,
+                config.listen_dsn,
+                server_settings=session_settings(schema),  # a direct connection
+                timeout=config.connect_timeout,
+                command_timeout=config.timeout,
+            )
+        listener = Listener(listen, QUERIES["notify_channel"].sql, schema)
         return cls(url, limits, pool=pool, config=config, listener=listener)
 
     async def _fetch(self, name: str, *args: object) -> list[Any]:
         with _driver_errors(name):
-            return await self._pool.fetch(QUERIES[name].sql, *args)
+            return await self._pool.fetch(self._sql[name], *args)
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         rows = await self._fetch("read", room, keys)
@@ -392,6 +438,8 @@ class PostgresStore(Store):
             return await self._last_seq(room)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.config.polls:
+            return await self._poll(room, after, deadline)
         trust = True  # the listener's record of the room may stand for a read of it
         while True:  # one round per wake-up: see listener.py for why this order
             waiter = self._listener.add(room, after)
@@ -421,6 +469,17 @@ class PostgresStore(Store):
             finally:
                 self._listener.discard(waiter)
 
+    async def _poll(self, room: str, after: int, deadline: float) -> int:
+        """``watch`` without notifications: read the room's last seq every
+        ``poll_interval`` until it passes ``after`` or the deadline passes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            seq = await self._last_seq(room)
+            remaining = deadline - loop.time()
+            if seq > after or remaining <= 0:
+                return seq
+            await asyncio.sleep(min(remaining, self.config.poll_interval))
+
     async def _info(self) -> StoreInfo:
         [row] = await self._fetch("settings")
         settings = dict(row.items())
@@ -445,6 +504,12 @@ class PostgresStore(Store):
             "pool_size": self._pool.size,
             "connect_timeout": self.config.connect_timeout,
             "timeout": self.config.timeout,
+            "pooler": self.config.pooler,
+            "watch": (
+                f"polls every {self.config.poll_interval:g} s"
+                if self.config.polls
+                else "LISTEN/NOTIFY" + (" over listen_url" if self.config.listen_dsn else "")
+            ),
             "clock": "the PostgreSQL server's clock",
             "listening": self._listener.listening,
         }

@@ -66,10 +66,14 @@ class Listener:
     """The store's LISTEN connection and the waiters it wakes. One event loop."""
 
     def __init__(
-        self, connect: Callable[[], Awaitable[asyncpg.Connection]], channel_query: str
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        channel_query: str,
+        schema: str,
     ) -> None:
         self._connect = connect
-        self._channel_query = channel_query
+        self._channel_query = channel_query  # the channel of the schema named by $1
+        self._schema = schema
         self._conn: asyncpg.Connection | None = None
         self._exact = False  # the channel is this schema's alone: trust its numbers
         # room -> the newest seq seen while the connection listened (see newest())
@@ -138,7 +142,7 @@ class Listener:
                 return
             conn = await self._connect()
             try:
-                row = await conn.fetchrow(self._channel_query)
+                row = await conn.fetchrow(self._channel_query, self._schema)
                 assert row is not None
                 channel: str = row["channel"]
                 self._exact = bool(row["exact"])

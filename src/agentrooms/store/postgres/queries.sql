@@ -1,9 +1,10 @@
 -- The named queries of the PostgreSQL backend, loaded once at start-up (sql.py).
 --
 -- Each query starts with a "-- name: NAME" line and a one-line description; $1, $2, ...
--- are its arguments (further comments are part of the SQL). They run with the search_path
--- set to the store's schema, so no table is qualified. Times go out as float epoch
--- seconds; JSON goes in and out as text.
+-- are its arguments (further comments are part of the SQL). Every table, sequence and
+-- function is qualified with {schema}, replaced by the store's quoted schema (sql.py's
+-- Query.on), so a query never depends on the session's search_path, which a connection
+-- pooler may drop. Times go out as float epoch seconds; JSON goes in and out as text.
 
 -- name: namespace_exists
 -- Whether schema $1 (a quoted identifier) exists.
@@ -11,11 +12,11 @@ SELECT to_regnamespace($1) IS NOT NULL;
 
 -- name: schema_exists
 -- Whether the store's schema has a migrations table yet.
-SELECT to_regclass('schema_migrations') IS NOT NULL;
+SELECT to_regclass('{schema}.schema_migrations') IS NOT NULL;
 
 -- name: schema_version
 -- The newest migration applied to the store's schema.
-SELECT coalesce(max(version), 0) FROM schema_migrations;
+SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations;
 
 -- name: lock_migrations
 -- Serialise changes to schema $1 by every opener, in every process, until commit.
@@ -25,11 +26,11 @@ SELECT pg_advisory_xact_lock(hashtextextended('agentrooms.migrate:' || $1, 0));
 -- The functions of the store's schema, each with its comment (sql.py's DIGESTS).
 SELECT p.proname AS name, obj_description(p.oid, 'pg_proc') AS digest
   FROM pg_proc AS p
- WHERE p.pronamespace = to_regnamespace(quote_ident(current_schema()));
+ WHERE p.pronamespace = to_regnamespace('{schema}');
 
 -- name: record_migration
 -- Note migration $1 (named $2) as applied.
-INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
+INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2);
 
 -- name: read
 -- The live records among keys $2 (distinct) of room $1, and the store clock, in one
@@ -46,7 +47,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
   LEFT JOIN (unnest($2::text[]) AS k (key)
              CROSS JOIN LATERAL (
                  SELECT r.key, r.value, r.version, r.expires_at
-                   FROM records AS r
+                   FROM {schema}.records AS r
                   WHERE r.room = $1 AND r.key = k.key AND r.value IS NOT NULL
                   LIMIT 1
              ) AS r)
@@ -58,8 +59,8 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 -- snapshot. One primary-key lookup per room and key, as in read.
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
 SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
-       coalesce((SELECT s.seq FROM rooms AS s WHERE s.room = g.room), 0) AS seq,
-       ARRAY(SELECT (SELECT count(*) FROM set_members AS m
+       coalesce((SELECT s.seq FROM {schema}.rooms AS s WHERE s.room = g.room), 0) AS seq,
+       ARRAY(SELECT (SELECT count(*) FROM {schema}.set_members AS m
                       WHERE m.room = g.room AND m.name = n.name)
                FROM unnest($3::text[]) WITH ORDINALITY AS n (name, i)
               ORDER BY n.i) AS sizes,
@@ -73,7 +74,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
        FROM unnest($2::text[]) AS k (key)
       CROSS JOIN LATERAL (
           SELECT r.key, r.value, r.version, r.expires_at
-            FROM records AS r
+            FROM {schema}.records AS r
            WHERE r.room = g.room AND r.key = k.key AND r.value IS NOT NULL
            LIMIT 1
       ) AS r
@@ -86,16 +87,16 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
 -- transaction: see functions/transact.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
-  FROM transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                $19, $20);
+  FROM {schema}.transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                         $17, $18, $19, $20);
 
 -- name: transact_recording
 -- transact, for a batch some of whose items record their outcome ($21: per item, the
 -- key of its outcome record or NULL): see functions/transact_recording.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
-  FROM transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                          $17, $18, $19, $20, $21);
+  FROM {schema}.transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                   $14, $15, $16, $17, $18, $19, $20, $21);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
@@ -105,9 +106,9 @@ SELECT now, versions, first_seqs, stale_at, stale_current,
 -- than $5 is a conflict as of that snapshot; $5 itself means the record changed after
 -- it, and transact() finds out how).
 WITH put AS (
-    UPDATE records
+    UPDATE {schema}.records
        SET value = $3,
-           version = nextval('record_version'),
+           version = nextval('{schema}.record_version'),
            expires_at = clock_timestamp() + $4 * interval '1 millisecond'
      WHERE room = $1 AND key = $2 AND version = $5 AND value IS NOT NULL
        AND (expires_at IS NULL OR expires_at > clock_timestamp())
@@ -115,7 +116,7 @@ WITH put AS (
 )
 SELECT true AS applied, version, now FROM put
 UNION ALL
-SELECT false, (SELECT r.version FROM records AS r
+SELECT false, (SELECT r.version FROM {schema}.records AS r
                 WHERE r.room = $1 AND r.key = $2 AND r.value IS NOT NULL
                   AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())), NULL
  WHERE NOT EXISTS (SELECT FROM put);
@@ -127,7 +128,7 @@ SELECT false, (SELECT r.version FROM records AS r
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
 page AS MATERIALIZED (
     SELECT r.key, r.value, r.version, r.expires_at
-      FROM records AS r, clock
+      FROM {schema}.records AS r, clock
      WHERE r.room = $1 AND r.key >= $2 AND r.key < $3 AND r.key > $4 AND r.value IS NOT NULL
        AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
      ORDER BY r.key
@@ -137,7 +138,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
        page.key, page.value, page.version,
        extract(epoch FROM page.expires_at)::float8 AS expires_at,
        (SELECT count(*) FROM page) = $5 AND EXISTS (
-           SELECT 1 FROM records AS m
+           SELECT 1 FROM {schema}.records AS m
             WHERE m.room = $1 AND m.key < $3 AND m.key > (SELECT max(key) FROM page)
        ) AS more
   FROM clock
@@ -150,7 +151,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
 page AS MATERIALIZED (
     SELECT r.key, r.value, r.version, r.expires_at
-      FROM records AS r, clock
+      FROM {schema}.records AS r, clock
      WHERE r.room = $1 AND r.key >= $2 AND r.key > $3 AND r.value IS NOT NULL
        AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
      ORDER BY r.key
@@ -160,7 +161,7 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
        page.key, page.value, page.version,
        extract(epoch FROM page.expires_at)::float8 AS expires_at,
        (SELECT count(*) FROM page) = $4 AND EXISTS (
-           SELECT 1 FROM records AS m
+           SELECT 1 FROM {schema}.records AS m
             WHERE m.room = $1 AND m.key > (SELECT max(key) FROM page)
        ) AS more
   FROM clock
@@ -171,14 +172,14 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
 -- Room $1's first readable seq and up to $3 events after seq $2, in one snapshot.
 -- No events when $2 is before the first readable one; one row with a NULL seq if none.
 WITH room AS MATERIALIZED (
-    SELECT coalesce((SELECT low FROM rooms WHERE room = $1), 1) AS low
+    SELECT coalesce((SELECT low FROM {schema}.rooms WHERE room = $1), 1) AS low
 )
 SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS time, e.author,
        e.recipients
   FROM room
   LEFT JOIN LATERAL (
       SELECT seq, type, data, time, author, recipients
-        FROM events
+        FROM {schema}.events
        WHERE events.room = $1 AND events.seq > $2 AND $2 + 1 >= room.low
        ORDER BY seq
        LIMIT $3
@@ -188,32 +189,38 @@ SELECT room.low, e.seq, e.type, e.data, extract(epoch FROM e.time)::float8 AS ti
 -- name: trim_log
 -- Drop room $1's events before seq $2; returns the first readable seq
 -- (functions/trim_log.sql).
-SELECT trim_log($1, $2);
+SELECT {schema}.trim_log($1, $2);
 
 -- name: last_seq
 -- The sequence number of room $1's newest event, 0 if it never appended.
-SELECT coalesce((SELECT seq FROM rooms WHERE room = $1), 0);
+SELECT coalesce((SELECT seq FROM {schema}.rooms WHERE room = $1), 0);
 
 -- name: set_pick
 -- Up to $3 members of set $2 of room $1, least recently picked first, marked picked: see
 -- functions/set_pick.sql. Each comes with its new pick number (their order).
-SELECT member, pick FROM set_pick($1, $2, $3);
+SELECT member, pick FROM {schema}.set_pick($1, $2, $3);
 
 -- name: set_size
 -- How many members set $2 of room $1 has.
-SELECT count(*) FROM set_members WHERE room = $1 AND name = $2;
+SELECT count(*) FROM {schema}.set_members WHERE room = $1 AND name = $2;
 
 -- name: delete_room
 -- Delete every record, set member and event of room $1, keeping its counters
 -- (functions/delete_room.sql).
-SELECT delete_room($1);
+SELECT {schema}.delete_room($1);
 
 -- name: notify_channel
 -- The channel transact() notifies when it appends (LISTENed to by watch), and whether it
 -- is this schema's alone: not cut to 63 bytes, so no other schema's channel can equal it.
-SELECT notify_channel() AS channel,
-       octet_length(notify_channel()) < 63
-           AND notify_channel() = 'agentrooms.' || current_schema() AS exact;
+-- $1 is the schema's name: transact() runs with it as current_schema().
+SELECT left('agentrooms.' || $1::text, 63) AS channel,
+       octet_length('agentrooms.' || $1::text) < 63 AS exact;
+
+-- name: session_check
+-- What the open check compares with the store's expectations: the session's schema (NULL
+-- if its search_path names none that exists) and isolation level.
+SELECT current_schema() AS schema,
+       current_setting('transaction_isolation') AS isolation;
 
 -- name: settings
 -- The server settings that decide whether an acknowledged commit survives a crash.

@@ -1,6 +1,7 @@
 """The PostgreSQL backend's SQL files, loaded once at import, and its schema migrations.
 
-* ``queries.sql``: named queries (``-- name: NAME`` then a one-line description).
+* ``queries.sql``: named queries (``-- name: NAME`` then a one-line description), every
+  object qualified with ``{schema}`` (:meth:`Query.on` puts the schema there).
 * ``migrations/NNNN_name.sql``: the tables, sequences and indexes, built step by step;
   :func:`migrate` runs the ones a schema lacks, oldest first, and records each in the
   ``schema_migrations`` table.
@@ -44,6 +45,10 @@ class Query:
     name: str
     description: str
     sql: str
+
+    def on(self, schema: str) -> str:
+        """The SQL for the store in ``schema`` (a name the config validated)."""
+        return self.sql.replace("{schema}", quote_ident(schema))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,40 +116,43 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-async def schema_version(conn: asyncpg.Connection) -> int:
-    """The newest migration applied to the connection's schema (its search_path), 0 if
-    the schema has none."""
-    if not await conn.fetchval(QUERIES["schema_exists"].sql):
+async def schema_version(conn: asyncpg.Connection, schema: str) -> int:
+    """The newest migration applied to ``schema``, 0 if the schema has none."""
+    if not await conn.fetchval(QUERIES["schema_exists"].on(schema)):
         return 0
-    version: int = await conn.fetchval(QUERIES["schema_version"].sql)
+    version: int = await conn.fetchval(QUERIES["schema_version"].on(schema))
     return version
 
 
-async def _outdated_functions(conn: asyncpg.Connection) -> list[str]:
-    """The functions of the connection's schema not created from their file as it is."""
-    rows = await conn.fetch(QUERIES["function_digests"].sql)
+async def _outdated_functions(conn: asyncpg.Connection, schema: str) -> list[str]:
+    """The functions of ``schema`` not created from their file as it is."""
+    rows = await conn.fetch(QUERIES["function_digests"].on(schema))
     found = {row["name"]: row["digest"] for row in rows}
     return [name for name, digest in DIGESTS.items() if found.get(name) != digest]
 
 
 async def migrate(conn: asyncpg.Connection, schema: str) -> int:
-    """Create or upgrade ``schema`` (which must be the connection's search_path) to the
-    latest version with every function as its file defines it; return the version it
-    was at.
+    """Create or upgrade ``schema`` to the latest version with every function as its
+    file defines it; return the version it was at. The connection's own search_path
+    does not matter (nor survives: behind a pooler it may not be ours): the migration's
+    transaction sets its own (``SET LOCAL``), which the functions keep (``SET search_path
+    FROM CURRENT``).
 
-    All of it, or nothing, in one transaction; nothing when there is nothing to do.
+    All of it, or nothing, in one READ COMMITTED transaction; nothing when there is
+    nothing to do.
     Raises ``StoreUnavailable`` if the schema is newer than this code knows, or at a
     version between those a squash replaced.
     """
-    found = await schema_version(conn)
-    if found == LATEST and not await _outdated_functions(conn):
+    found = await schema_version(conn, schema)
+    if found == LATEST and not await _outdated_functions(conn, schema):
         return found
-    async with conn.transaction():
+    async with conn.transaction(isolation="read_committed"):
         await conn.execute(QUERIES["lock_migrations"].sql, schema)
         if not await conn.fetchval(QUERIES["namespace_exists"].sql, quote_ident(schema)):
             # A schema name cannot be a query argument; the backend validates it.
             await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
-        found = await schema_version(conn)
+        await conn.execute(f"SET LOCAL search_path TO {quote_ident(schema)}")
+        found = await schema_version(conn, schema)
         if found > LATEST:
             raise StoreUnavailable(
                 f"schema {schema!r} is at version {found}, newer than this agentrooms "
@@ -159,9 +167,9 @@ async def migrate(conn: asyncpg.Connection, schema: str) -> int:
             if migration.version > found:
                 await conn.execute(migration.sql)
                 await conn.execute(
-                    QUERIES["record_migration"].sql, migration.version, migration.name
+                    QUERIES["record_migration"].on(schema), migration.version, migration.name
                 )
-        for name in await _outdated_functions(conn):
+        for name in await _outdated_functions(conn, schema):
             await conn.execute(FUNCTIONS[name])
             # A name and a hex digest: nothing to quote.
             await conn.execute(f"COMMENT ON FUNCTION {name} IS '{DIGESTS[name]}'")

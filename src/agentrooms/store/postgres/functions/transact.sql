@@ -110,6 +110,13 @@ DECLARE
     lo             integer;
     hi             integer;
 BEGIN
+    -- Its locking is correct at READ COMMITTED only; a session can reach here at another
+    -- level when a connection pooler dropped the store's startup setting, or the server's
+    -- or role's default differs: refuse (SQLSTATE AR001, the store's BadRequest).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'transact() needs READ COMMITTED, the session is at %',
+            current_setting('transaction_isolation') USING ERRCODE = 'AR001';
+    END IF;
     versions := array_fill(NULL::bigint, ARRAY[cardinality(p_put_keys)]);
     first_seqs := array_fill(NULL::bigint, ARRAY[v_items]);
     stale_at := array_fill(NULL::bigint, ARRAY[v_items]);
