@@ -24,6 +24,7 @@ import httpx2
 
 __all__ = ["ServerProcess", "free_port", "kill_process", "stop_process"]
 
+STORE_UNREACHABLE = 6  # serve's exit code when its store cannot be opened
 START_TIMEOUT = 180.0  # a bound on a restart, not a fault: a loaded machine imports slowly
 
 
@@ -75,7 +76,9 @@ class ServerProcess:
 
     async def start(self) -> None:
         """Start the process (again, after a kill) and wait until ``/readyz`` answers
-        200. ``RuntimeError`` (with its output) if it exits or is not ready in time."""
+        200. A process that exits because its store is out of reach (exit code 6: a
+        store fault of the run may be on) is started again, until ``START_TIMEOUT``;
+        ``RuntimeError`` (with its output) if it exits otherwise or is not ready in time."""
         assert not self.running, "already running"
         self.proc = self._spawn()
         deadline = time.monotonic() + START_TIMEOUT
@@ -86,9 +89,13 @@ class ServerProcess:
                         return
                 except httpx2.TransportError:
                     pass
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.proc.poll()
+                if time.monotonic() > deadline or code not in (None, STORE_UNREACHABLE):
                     self.stop()
                     raise RuntimeError(f"server on {self.base} did not start: {self.output()}")
+                if code == STORE_UNREACHABLE:
+                    await asyncio.sleep(0.5)
+                    self.proc = self._spawn()
                 await asyncio.sleep(0.1)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
