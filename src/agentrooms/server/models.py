@@ -265,12 +265,13 @@ class EventOut(BaseModel):
 
 class EventList(BaseModel):
     events: list[EventOut]
-    scanned: int | None = Field(
-        default=None, description="inbox reads: the log was looked at up to this sequence"
-    )
-    more: bool | None = Field(
-        default=None, description="inbox reads: stopped before the log's head, read again"
-    )
+
+
+class InboxList(EventList):
+    """An inbox read: the events addressed to the caller, and how far the log was read."""
+
+    scanned: int = Field(description="the log was looked at up to this sequence")
+    more: bool = Field(description="stopped before the log's head: read again at once")
 
 
 class AckIn(In):

@@ -33,6 +33,7 @@ from agentrooms.server.models import (
     EventIn,
     EventList,
     EventOut,
+    InboxList,
     Posted,
 )
 from agentrooms.server.routes import COMMON, errors
@@ -76,13 +77,13 @@ async def read_new(
     inbox: Annotated[
         bool, Query(description="only events addressed to the caller or its token's role")
     ] = False,
-) -> EventList:
+) -> InboxList | EventList:
     """``inbox=true``: the caller's inbox, through its inbox cursor (the full cursor is
     not moved), with ``scanned`` and ``more`` (``more``: read again at once)."""
     if inbox:
         page = await access.room.events.read_inbox(access.agent, _roles(access), limit, ack=ack)
         found = [EventOut.of(e) for e in page.events]
-        return EventList(events=found, scanned=page.scanned, more=page.more)
+        return InboxList(events=found, scanned=page.scanned, more=page.more)
     events = await access.room.events.read_new(access.agent, limit, ack=ack)
     return EventList(events=[EventOut.of(e) for e in events])
 
