@@ -30,7 +30,7 @@ async def test_an_event_posted_with_agent_xs_token_reads_back_with_author_x(
         listed = (await c.get(events, headers=bob)).json()["events"]
         mine = {e["seq"]: e["author"] for e in listed if e["type"] == "note"}
         assert mine == {first.json()["seq"]: "ann", second.json()["seq"]: "bob"}
-        assert [e["author"] for e in listed if e["type"] == "room.created"] == [None]
+        assert [e["author"] for e in listed if e["type"] == "room.created"] == ["ann"]
         new = (await c.post(f"{events}/read-new", headers=bob)).json()["events"]
         assert [(e["data"], e["author"]) for e in new] == [(1, "ann"), (2, "bob")]
         await c.post(f"/v1/rooms/{room}/tasks", json={"tasks": [{"id": "t"}]}, headers=ann)
