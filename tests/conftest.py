@@ -8,8 +8,9 @@
   (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
 * redis-cluster: a Redis Cluster of this run's own (3 primaries, one replica each:
   ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
-  the conformance suites and the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
-  (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
+  the store's and the room-level conformance suites and the cluster's own tests
+  (:data:`CLUSTER_SUITES`) run on it (``AGENTROOMS_CLUSTER_ALL=1``: every module that
+  uses the ``backend`` fixture).
 * postgres-pgbouncer-tx, postgres-pgbouncer-session: that database through pgbouncer
   (tests/pgbouncer_fixture.py) in transaction and in session pooling, each in a schema
   of its own. They run only the modules of :data:`POOLED_MODULES` (the store's and the
@@ -46,7 +47,13 @@ BACKENDS = (
     "postgres-pgbouncer-tx",
     "postgres-pgbouncer-session",
 )
-CLUSTER_SUITES = ("tests/conformance/", "tests/unit/test_redis_cluster.py")
+CLUSTER_SUITES = (
+    "tests/conformance/test_store.py",
+    "tests/conformance/test_rooms.py",
+    "tests/conformance/test_commit.py",
+    "tests/conformance/test_sets_watch_rooms.py",
+    "tests/unit/test_redis_cluster.py",
+)
 """Where the ``redis-cluster`` cases run (paths, or folders ending in ``/``)."""
 CLUSTER_ALL = os.environ.get("AGENTROOMS_CLUSTER_ALL", "") not in ("", "0", "false")
 POOLED = ("postgres-pgbouncer-tx", "postgres-pgbouncer-session")
@@ -170,8 +177,9 @@ def pooled_url(postgres_url: str, bouncer: PgBouncer, pooler: str, schema: str) 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the ``redis-cluster`` cases of modules outside :data:`CLUSTER_SUITES`
-    (unless ``AGENTROOMS_CLUSTER_ALL``) and the pgbouncer cases outside
-    :data:`POOLED_MODULES`."""
+    (unless ``AGENTROOMS_CLUSTER_ALL``), and the pgbouncer cases outside
+    :data:`POOLED_MODULES` or marked ``slow`` (the multi-process scenarios, which the
+    direct connection runs)."""
     root = Path(str(config.rootpath))
     keep, drop = [], []
     for item in items:
@@ -179,8 +187,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = callspec.params.get("backend") if callspec is not None else None
         where = Path(str(item.path)).relative_to(root).as_posix()
         off_cluster = name == "redis-cluster" and not CLUSTER_ALL
-        if (off_cluster and not where.startswith(CLUSTER_SUITES)) or (
-            name in POOLED and not item.nodeid.startswith(POOLED_MODULES)
+        pooled = name in POOLED
+        if (
+            (off_cluster and not where.startswith(CLUSTER_SUITES))
+            or (pooled and not item.nodeid.startswith(POOLED_MODULES))
+            or (pooled and item.get_closest_marker("slow") is not None)
         ):
             drop.append(item)
         else:

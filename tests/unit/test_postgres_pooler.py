@@ -102,7 +102,7 @@ async def test_transact_refuses_a_session_at_another_isolation_level(postgres_ur
             f"SELECT * FROM {quote_ident(schema)}.transact('r', {zero}, {none}, {none},"
             f" '{{}}'::numeric[], '{{0,1}}'::integer[], ARRAY['k'], ARRAY['1'],"
             f" ARRAY[NULL::bigint], {zero}, {none}, {zero}, {none}, {none}, {none}, {zero},"
-            f" {none}, {none}, {none})"
+            f" {none}, {none}, {none}, {none})"
         )
         with pytest.raises(asyncpg.PostgresError, match="READ COMMITTED") as info:
             await conn.fetch(call)
