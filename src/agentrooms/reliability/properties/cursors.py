@@ -3,8 +3,9 @@
 A producer (the run itself) appends events to a room while consumers read them with
 ``read_new(agent, ack="explicit")``, record each event as processed (flushed) and then
 ``ack`` it. One consumer per agent, and two consumers that share one agent's cursor.
-Each consumer life may be killed at one seeded point: before processing an event,
-after processing it (before its ack), in the middle of its ack, or after it;
+Each consumer life may be killed at one point: before processing an event, after
+processing it (before its ack), in the middle of its ack, or after it (a slot's first
+life at the slot's own point, in that order; later lives at a seeded one);
 ``kill -9`` of its own process (a task is ended instead on ``memory://``), then the
 run starts it again. Journal: ``read`` (the seqs delivered), ``process`` (one event),
 ``ack`` (its seq; the cursor's position it answered), ``kill`` (where).
@@ -372,7 +373,11 @@ async def run_cursors(
                     rng.choice(AUTO_POINTS),
                 )
             elif incarnation < work.kills:
-                kill_at = (rng.randrange(work.events // 2), rng.choice(POINTS))
+                # a slot's first life dies at its own point, so that each run reaches
+                # every point that its slots reach (slot 1's own agent: after
+                # processing, before the ack, whose event must then come again)
+                point = POINTS[slot % len(POINTS)] if incarnation == 0 else rng.choice(POINTS)
+                kill_at = (rng.randrange(work.events // 2), point)
             agent = _agent(slot, workers)
             if not in_process:
                 spec = {

@@ -153,6 +153,12 @@ def check_fences(
     for task, state in final.items():
         found.extend(_final_anomalies(ops, task, state, accepted.get(task, []), grants[task]))
     counts["tasks"] = len(final)
+    counts["done"] = sum(state["status"] == DONE for state in final.values())
+    # done by a completion whose answer was lost (a killed worker or server): the task
+    # is done once all the same, but no accepted completion shows it
+    counts["done_unanswered"] = sum(
+        state["status"] == DONE and not accepted.get(task) for task, state in final.items()
+    )
     counts["grants"] = sum(len(g) for g in grants.values())
     counts["reclaims"] = sum(1 for g in grants.values() for op in g if op.output["fence"] > 1)
     counts["accepted"] = sum(len(a) for a in accepted.values())
