@@ -81,6 +81,7 @@ ERROR_STATUS: dict[str, int] = {
 }
 """Every documented error ``type`` and the status it is answered with."""
 
+RUNS = 3
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],  # no shrinking: its replays would sleep too
     max_examples=EXAMPLES,
@@ -618,9 +619,16 @@ async def test_plan_state_machine(store: Store) -> None:
             documented_statuses(spec),
             prefix=f"sm-{uuid.uuid4().hex[:8]}",
         )
-        await asyncio.to_thread(run_state_machine_as_test, machine_for(http), settings=SETTINGS)
-    missing = [what for what, labels in REACHED.items() if not any(http.seen[x] for x in labels)]
-    assert not missing, f"never reached {missing}; reached {dict(http.seen)}"
+        # which outcomes a run reaches depends on timing (a lease runs out, or not, before
+        # the next request): a run that misses a group is followed by a fresh random one,
+        # at most RUNS in all, each checking every invariant, and they reach it between them
+        for run in range(RUNS):
+            chosen = SETTINGS if run == 0 else settings(SETTINGS, derandomize=False)
+            await asyncio.to_thread(run_state_machine_as_test, machine_for(http), settings=chosen)
+            missing = [w for w, labels in REACHED.items() if not any(http.seen[x] for x in labels)]
+            if not missing:
+                break
+    assert not missing, f"never reached {missing} in {RUNS} runs; reached {dict(http.seen)}"
 
 
 @pytest.mark.parametrize("key", [None, "claim-1"])
