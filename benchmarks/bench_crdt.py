@@ -4,7 +4,7 @@ For each backend and each count R: R replicas each push a G-counter holding thei
 slot (``crdt/<key>/<replica>`` records), then ``load`` merges them (median of
 ``--reads``), ``compact`` folds them into the base, and ``load`` reads the compacted
 value. Prints milliseconds per call; the writes' rate is `agentrooms bench --policies
-log,crdt` (BENCHMARKS.md section 6).
+log,crdt` (BENCHMARKS.md section 8).
 
     python3 dev.py bench crdt [--backends sqlite,redis,postgres] [--replicas 1,64,1000]
 """

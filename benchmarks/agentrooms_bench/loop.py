@@ -3,7 +3,7 @@
 asyncio's default selector on Linux waits in ``epoll_wait``, whose timeout is in whole
 milliseconds, rounded up. A 1 ms sleep whose loop is woken part-way (by any reply)
 therefore waits the rest rounded up to a whole millisecond: 1.17-1.19 ms holds of a lock
-where a thread's ``time.sleep`` holds 1.09-1.10 ms (BENCHMARKS.md section 6). The
+where a thread's ``time.sleep`` holds 1.09-1.10 ms (BENCHMARKS.md section 4). The
 benchmarks' sleeps stand for work (an agent holding a lock, thinking between a read and
 its write), and that work should take as long on our side as on a thread-based peer's.
 So the loop waits for its epoll descriptor with ``select(2)`` (microsecond timeouts;

@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 # Backoff base and cap of the compare-and-swap policies: 2 ms, the library's default when
-# BENCHMARKS.md section 6 was run (kept so reruns compare with it; the library's default is
+# BENCHMARKS.md section 7 was run (kept so reruns compare with it; the library's default is
 # now retry.DEFAULT_BASE, 32 ms, which section 2 measures).
 BASE, CAP = 0.002, 0.25
 PAD = "x" * 256  # the document carries some text, as a real one would
