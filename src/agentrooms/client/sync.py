@@ -25,7 +25,8 @@ from agentrooms.rooms.plan import Lease, LeaseKeeper
 from agentrooms.store.types import Event
 from agentrooms.sync import _Portal
 
-from .rooms import Ack, Client, Documents, Events, Locks, Plan, Presence, Room, Rooms
+from .rooms import Client, Documents, Events, Locks, Plan, Presence, Room, Rooms
+from .rooms.base import Ack
 
 __all__ = [
     "SyncClient",
