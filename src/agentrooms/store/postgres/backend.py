@@ -28,7 +28,8 @@ Every statement names its schema's objects (``queries.sql``) and every function 
 own search_path, so no statement depends on session state a connection pooler may drop.
 The URL's own query parameters (``schema``, ``pool_size``, ``connect_timeout``,
 ``timeout``, ``pooler``, ``listen_url``, ``poll_interval``) and the session settings are
-in ``config.py``; docs/scaling.md says how to run behind pgbouncer.
+in ``config.py``; docs/scaling.md says how to run behind pgbouncer. Driver errors
+become the contract's in ``errors.py``.
 
 Durability: a transact returns after its commit, which survives a crash when the server
 runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns

@@ -38,9 +38,9 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   is ``StoreUnavailable`` with the cause chained, outcome unknown: nothing is retried
   here (a retried EVALSHA could apply a transact twice), the caller retries its
   idempotent command.
-* Blocking reads (a ``watch`` or ``follow_log`` that waits) each take a *watch wire* of
-  their own, idle or dialled, so waiters never hold up the hot path, and a connection
-  left mid-BLOCK never serves anything else: it is closed unless both replies were read.
+* Blocking reads (a ``watch`` or ``follow_log`` that waits: :mod:`.watching`) each take
+  a *watch wire* of their own, idle or dialled, so waiters never hold up the hot path,
+  and a connection left mid-BLOCK never serves anything else: it is closed unless both replies were read.
   At most ``max_connections`` (default 100) at once; waiters beyond that queue, their
   queueing counted against their own timeout. The read is bounded by the watch's timeout
   plus ``timeout``.
