@@ -40,10 +40,10 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   idempotent command.
 * Blocking reads (a ``watch`` or ``follow_log`` that waits: :mod:`.watching`) each take
   a *watch wire* of their own, idle or dialled, so waiters never hold up the hot path,
-  and a connection left mid-BLOCK never serves anything else: it is closed unless both replies were read.
-  At most ``max_connections`` (default 100) at once; waiters beyond that queue, their
-  queueing counted against their own timeout. The read is bounded by the watch's timeout
-  plus ``timeout``.
+  and a connection left mid-BLOCK never serves anything else: it is closed unless both
+  replies were read. At most ``max_connections`` (default 100) at once; waiters beyond
+  that queue, their queueing counted against their own timeout. The read is bounded by
+  the watch's timeout plus ``timeout``.
 
 Replica acknowledgement. With ``?wait=N`` (and ``wait_timeout``, milliseconds), every
 script that may write is followed by ``WAIT N wait_timeout`` in the same write on the same
