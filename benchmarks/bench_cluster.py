@@ -18,48 +18,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agentrooms.store import Put, VersionIs, open_store
-from common import Arm, closed_loop, machine, median_arm, ms, ratio_stats, spread, unique
+from agentrooms.store import open_store
+from bench_transact import WRITERS, lua_cas_arm, store_cas_arm
+from common import Arm, machine, median_arm, ms, ratio_stats, spread, unique
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.cluster_fixture import start_cluster  # from the repository root, added above
 
-WRITERS = 8
-PAYLOAD = {"n": 0, "pad": "x" * 100}
-REDIS_CAS = """
-local v = redis.call('HGET', KEYS[1], 'ver')
-if v ~= ARGV[1] then return -1 end
-local n = redis.call('HINCRBY', KEYS[1], 'ver', 1)
-redis.call('HSET', KEYS[1], 'val', ARGV[2])
-return n
-"""
-
-Op = Callable[[], Awaitable[None]]
-
 
 async def ours_arm(url: str, duration: float) -> Arm:
     store = await open_store(f"{url}?prefix={unique('arbench')}")
+    places = [(unique(f"bench{w}"), "k") for w in range(WRITERS)]
     try:
-
-        async def make(w: int) -> Op:
-            room, key = unique(f"bench{w}"), "k"
-            version = (await store.transact(room, writes=[Put(key, PAYLOAD)])).versions[key]
-
-            async def op() -> None:
-                nonlocal version
-                result = await store.transact(room, [VersionIs(key, version)], [Put(key, PAYLOAD)])
-                version = result.versions[key]
-
-            return op
-
-        return await closed_loop("agentrooms redis+cluster", WRITERS, duration, make)
+        return await store_cas_arm("agentrooms redis+cluster", store, places.__getitem__, duration)
     finally:
         await store.close()
 
@@ -69,27 +45,15 @@ async def raw_arm(host: str, port: int, duration: float) -> Arm:
 
     client = RedisCluster(host=host, port=port)
     await client.initialize()
-    cas = client.register_script(REDIS_CAS)
     prefix = unique("rawbench")
-    text = json.dumps(PAYLOAD)
     keys: list[str] = []
+
+    def key_of(w: int) -> str:
+        keys.append(f"{{{prefix}:{w}}}:k")
+        return keys[-1]
+
     try:
-
-        async def make(w: int) -> Op:
-            key = f"{{{prefix}:{w}}}:k"
-            keys.append(key)
-            await client.hset(key, mapping={"ver": 1, "val": text})
-            version = 1
-
-            async def op() -> None:
-                nonlocal version
-                new = await cas(keys=[key], args=[version, text])
-                assert new != -1
-                version = int(new)
-
-            return op
-
-        return await closed_loop("raw redis-py RedisCluster Lua CAS", WRITERS, duration, make)
+        return await lua_cas_arm("raw redis-py RedisCluster Lua CAS", client, key_of, duration)
     finally:
         for key in keys:
             await client.delete(key)

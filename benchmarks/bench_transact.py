@@ -48,23 +48,31 @@ PAYLOAD = {"n": 0, "pad": "x" * 100}
 Op = Callable[[], Awaitable[None]]
 
 
+async def store_cas_arm(
+    label: str, store: Any, place: Callable[[int], tuple[str, str]], duration: float
+) -> Arm:
+    """WRITERS writers on ``store``, each compare-and-setting its own record back to back:
+    writer ``w``'s is ``place(w)``, a (room, key)."""
+
+    async def make(w: int) -> Op:
+        room, key = place(w)
+        version = (await store.transact(room, writes=[Put(key, PAYLOAD)])).versions[key]
+
+        async def op() -> None:
+            nonlocal version
+            result = await store.transact(room, [VersionIs(key, version)], [Put(key, PAYLOAD)])
+            version = result.versions[key]
+
+        return op
+
+    return await closed_loop(label, WRITERS, duration, make)
+
+
 async def ours_arm(url: str, duration: float) -> Arm:
     store = await open_store(url)
     room = unique("bench")
     try:
-
-        async def make(w: int) -> Op:
-            key = f"k{w}"
-            version = (await store.transact(room, writes=[Put(key, PAYLOAD)])).versions[key]
-
-            async def op() -> None:
-                nonlocal version
-                result = await store.transact(room, [VersionIs(key, version)], [Put(key, PAYLOAD)])
-                version = result.versions[key]
-
-            return op
-
-        return await closed_loop("agentrooms", WRITERS, duration, make)
+        return await store_cas_arm("agentrooms", store, lambda w: (room, f"k{w}"), duration)
     finally:
         await store.close()
 
@@ -80,29 +88,39 @@ return n
 """
 
 
+async def lua_cas_arm(
+    label: str, client: Any, key_of: Callable[[int], str], duration: float
+) -> Arm:
+    """WRITERS writers on the redis-py ``client``, each running REDIS_CAS on its own hash
+    ``key_of(w)`` back to back."""
+    cas = client.register_script(REDIS_CAS)
+    text = json.dumps(PAYLOAD)
+
+    async def make(w: int) -> Op:
+        key = key_of(w)
+        await client.hset(key, mapping={"ver": 1, "val": text})
+        version = 1
+
+        async def op() -> None:
+            nonlocal version
+            new = await cas(keys=[key], args=[version, text])
+            assert new != -1
+            version = int(new)
+
+        return op
+
+    return await closed_loop(label, WRITERS, duration, make)
+
+
 async def raw_redis(duration: float) -> Arm:
     import redis.asyncio as redis
 
     client = redis.Redis.from_url(REDIS_URL)
-    cas = client.register_script(REDIS_CAS)
     prefix = unique("rawbench")
-    text = json.dumps(PAYLOAD)
     try:
-
-        async def make(w: int) -> Op:
-            key = f"{prefix}:k{w}"
-            await client.hset(key, mapping={"ver": 1, "val": text})
-            version = 1
-
-            async def op() -> None:
-                nonlocal version
-                new = await cas(keys=[key], args=[version, text])
-                assert new != -1
-                version = int(new)
-
-            return op
-
-        return await closed_loop("raw redis-py Lua CAS", WRITERS, duration, make)
+        return await lua_cas_arm(
+            "raw redis-py Lua CAS", client, lambda w: f"{prefix}:k{w}", duration
+        )
     finally:
         keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
         if keys:

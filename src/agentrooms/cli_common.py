@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -302,6 +302,29 @@ def _in_room(
     if server is not None:
         return _remote(server, lambda client: work(client.room(room)))
     return _run(url, lambda store: work(Rooms(store).room(room)))
+
+
+def _list_in_room(
+    url: str,
+    server: str | None,
+    room: str,
+    fetch: Callable[[Room | RemoteRoom], Awaitable[Iterable[Any]]],
+    key: str,
+    as_json: bool,
+    line: Callable[[Any], None],
+) -> None:
+    """Print what ``fetch`` reads from room ``room`` (as :func:`_in_room`): with
+    ``as_json`` one document ``{key: [...]}``, else ``line(item)`` for each item."""
+
+    async def work(handle: Room | RemoteRoom) -> list[Any]:
+        return list(await fetch(handle))
+
+    items = _in_room(url, server, room, work)
+    if as_json:
+        emit_json({key: items})
+        return
+    for item in items:
+        line(item)
 
 
 def span(seconds: float) -> str:

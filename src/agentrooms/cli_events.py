@@ -19,6 +19,7 @@ from agentrooms.cli_common import (
     ServerOption,
     UrlOption,
     _in_room,
+    _list_in_room,
     emit_json,
     fail,
     literal,
@@ -202,12 +203,6 @@ def events_log(
     """Events after ``--after``, no cursor moves (``tail`` follows the log).
     ``--json``: ``{"events": [...]}``."""
 
-    async def work(handle: Room | RemoteRoom) -> list[Event]:
-        return list(await handle.events.read(after, limit))
-
-    events = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"events": events})
-        return
-    for event in events:
-        _line(event)
+    _list_in_room(
+        url, server, room, lambda handle: handle.events.read(after, limit), "events", as_json, _line
+    )

@@ -23,6 +23,7 @@ from agentrooms.cli_common import (
     ServerOption,
     UrlOption,
     _in_room,
+    _list_in_room,
     emit_json,
     fail,
     literal,
@@ -164,15 +165,9 @@ def task_list(
 ) -> None:
     """The room's tasks in id order. ``--json``: ``{"tasks": [...]}``."""
 
-    async def work(handle: Room | RemoteRoom) -> list[Any]:
-        return list(await handle.plan.tasks(status))
-
-    tasks = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"tasks": tasks})
-        return
-    for t in tasks:
-        _task_line(t)
+    _list_in_room(
+        url, server, room, lambda handle: handle.plan.tasks(status), "tasks", as_json, _task_line
+    )
 
 
 # ------------------------------------------------------------------------------- doc
@@ -237,15 +232,10 @@ def doc_list(
 ) -> None:
     """The room's documents by name. ``--json``: ``{"documents": [...]}``."""
 
-    async def work(handle: Room | RemoteRoom) -> list[Any]:
-        return list(await handle.docs.list())
-
-    docs = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"documents": docs})
-        return
-    for d in docs:
+    def line(d: Any) -> None:
         say(literal(d.name, "bold"), f"  version {d.version}")
+
+    _list_in_room(url, server, room, lambda h: h.docs.list(), "documents", as_json, line)
 
 
 # ----------------------------------------------------------------- presence, locks
@@ -260,15 +250,12 @@ def presence_list(
 ) -> None:
     """Members whose heartbeat has not expired. ``--json``: ``{"members": [...]}``."""
 
-    async def work(handle: Room | RemoteRoom) -> list[Any]:
-        return list(await handle.presence.who_is_online())
-
-    members = _in_room(url, server, room, work)
-    if as_json:
-        emit_json({"members": members})
-        return
-    for m in members:
+    def line(m: Any) -> None:
         say(literal(m.agent, "bold"), "  ", m.status)
+
+    _list_in_room(
+        url, server, room, lambda handle: handle.presence.who_is_online(), "members", as_json, line
+    )
 
 
 @locks_app.command("show")

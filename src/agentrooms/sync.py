@@ -16,7 +16,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 
 from agentrooms.commit import apply_intent as _apply_intent
 from agentrooms.commit import commit as _commit
@@ -24,6 +24,7 @@ from agentrooms.store import Limits, Store, open_store
 
 __all__ = ["SyncStore", "apply_intent", "commit"]
 
+A = TypeVar("A")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -51,27 +52,32 @@ class _Portal:
             self.loop.close()
 
 
+class _Twin(Generic[A]):
+    """A blocking view of the async object ``inner``, its coroutines run on ``portal``."""
+
+    def __init__(self, inner: A, portal: _Portal) -> None:
+        self.inner, self.portal = inner, portal
+
+
 def _blocking(
-    fn: Callable[Concatenate[Store, P], Awaitable[R]],
-) -> Callable[Concatenate[SyncStore, P], R]:
-    """The blocking twin of an async function or method whose first argument is a Store."""
+    fn: Callable[Concatenate[A, P], Awaitable[R]],
+) -> Callable[Concatenate[_Twin[A], P], R]:
+    """The blocking twin of an async function or method whose first argument is an ``A``:
+    called on a :class:`_Twin`, it runs ``fn(twin.inner, ...)`` on the twin's portal."""
 
-    def call(store: SyncStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(twin: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> R:
         async def run() -> R:
-            return await fn(store.inner, *args, **kwargs)
+            return await fn(twin.inner, *args, **kwargs)
 
-        return store.portal.run(run())
+        return twin.portal.run(run())
 
     call.__name__ = getattr(fn, "__name__", "call")
     call.__doc__ = fn.__doc__
     return call
 
 
-class SyncStore:
+class SyncStore(_Twin[Store]):
     """A :class:`~agentrooms.store.Store` for blocking code. Thread-safe."""
-
-    def __init__(self, inner: Store, portal: _Portal) -> None:
-        self.inner, self.portal = inner, portal
 
     @classmethod
     def open(cls, url: str, *, limits: Limits | None = None) -> Self:

@@ -5,28 +5,13 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "how-to-langgraph.md"
+from tests.doc_example import run_example
 
 
 def test_the_two_agent_graph_prints_what_the_page_says(tmp_path: Path) -> None:
-    text = PAGE.read_text()
-    code = re.search(r"## Two agents, one thread.*?```python\n(.*?)```", text, re.DOTALL)
-    printed = re.search(r"It prints:\n\n```\n(.*?)```", text, re.DOTALL)
-    assert code is not None and printed is not None
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code.group(1)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done, printed = run_example("how-to-langgraph.md", "Two agents, one thread", tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == printed.group(1)
+    assert done.stdout == printed
     assert (tmp_path / "agents.db").exists()  # the agents shared one store

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
+from typing import Any, Self
 
 import httpx
 
@@ -23,9 +23,10 @@ from agentrooms.rooms.locks import DEFAULT_TTL as LOCK_TTL
 from agentrooms.rooms.locks import Lock
 from agentrooms.rooms.plan import Lease, LeaseKeeper
 from agentrooms.store.types import Event
-from agentrooms.sync import _Portal
+from agentrooms.sync import _blocking, _Portal, _Twin
 
-from .rooms import Ack, Client, Documents, Events, Locks, Plan, Presence, Room, Rooms
+from .rooms import Client, Documents, Events, Locks, Plan, Presence, Room, Rooms
+from .rooms.base import Ack
 
 __all__ = [
     "SyncClient",
@@ -37,33 +38,6 @@ __all__ = [
     "SyncRoom",
     "SyncRooms",
 ]
-
-A = TypeVar("A")
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class _Twin(Generic[A]):
-    """A blocking view of one async part ``inner``, run through ``portal``."""
-
-    def __init__(self, inner: A, portal: _Portal) -> None:
-        self.inner, self.portal = inner, portal
-
-
-def _blocking(
-    fn: Callable[Concatenate[A, P], Awaitable[R]],
-) -> Callable[Concatenate[_Twin[A], P], R]:
-    """The blocking twin of an async method of ``A``."""
-
-    def call(twin: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        async def run() -> R:
-            return await fn(twin.inner, *args, **kwargs)
-
-        return twin.portal.run(run())
-
-    call.__name__ = getattr(fn, "__name__", "call")
-    call.__doc__ = fn.__doc__
-    return call
 
 
 class SyncPlan(_Twin[Plan]):

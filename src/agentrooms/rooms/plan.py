@@ -28,7 +28,6 @@ Status lifecycle::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable
 
@@ -39,10 +38,10 @@ from agentrooms.errors import (
     LeaseHeld,
     NotFound,
     StaleFence,
-    StoreUnavailable,
 )
 from agentrooms.rooms import keys
 from agentrooms.rooms import task_transitions as t
+from agentrooms.rooms.keeper import keep_lease
 from agentrooms.rooms.scope import Scope
 from agentrooms.rooms.tasks import (
     CANCELLED,
@@ -390,31 +389,5 @@ class Plan:
         """
         length = check_ttl(ttl if ttl is not None else lease.ttl)
         interval = every if every is not None else length / 3
-        keeper = LeaseKeeper(lease)
-        body = asyncio.current_task()
-        assert body is not None
-
-        async def renew_forever() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    keeper.lease = await self.renew(keeper.lease, length)
-                except StoreUnavailable:
-                    continue
-                except (StaleFence, InvalidTransition, NotFound) as exc:
-                    keeper.lost = exc
-                    keeper.lost_event.set()
-                    body.cancel()
-                    return
-
-        renewer = asyncio.create_task(renew_forever())
-        try:
+        async with keep_lease(lease, self.renew, length=length, interval=interval) as keeper:
             yield keeper
-        except asyncio.CancelledError:
-            if keeper.lost is not None and body.uncancel() == 0:
-                raise StaleFence(keys.task(lease.task_id), lease.fence, None) from keeper.lost
-            raise
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer

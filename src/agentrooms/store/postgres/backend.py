@@ -28,7 +28,8 @@ Every statement names its schema's objects (``queries.sql``) and every function 
 own search_path, so no statement depends on session state a connection pooler may drop.
 The URL's own query parameters (``schema``, ``pool_size``, ``connect_timeout``,
 ``timeout``, ``pooler``, ``listen_url``, ``poll_interval``) and the session settings are
-in ``config.py``; docs/scaling.md says how to run behind pgbouncer.
+in ``config.py``; docs/scaling.md says how to run behind pgbouncer. Driver errors
+become the contract's in ``errors.py``.
 
 Durability: a transact returns after its commit, which survives a crash when the server
 runs with ``fsync=on`` and ``synchronous_commit`` other than ``off`` (``info()`` warns
@@ -40,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Iterator
 from typing import Any, Self
 
 import asyncpg
@@ -55,6 +55,7 @@ from agentrooms.errors import (
 from agentrooms.store.base import Store, settle
 from agentrooms.store.postgres.batches import Waiting, batch_args, lone_outcome, next_batch
 from agentrooms.store.postgres.config import PostgresConfig, parse_url, redact, session_settings
+from agentrooms.store.postgres.errors import check_session, driver_errors
 from agentrooms.store.postgres.listener import Listener
 from agentrooms.store.postgres.pool import ConnectionPool
 from agentrooms.store.postgres.sql import QUERIES, migrate
@@ -76,44 +77,6 @@ from agentrooms.store.validation import decode_json
 
 _SEQ_MAX = 2**62  # above any sequence number a room can reach; keeps arguments in bigint
 _RECHECK = 10.0  # seconds a watch waits for a notification before re-reading anyway
-_WRONG_SESSION = "AR001"  # transact() refused the session's isolation level
-
-_UNAVAILABLE = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-    TimeoutError,
-)
-
-
-@contextlib.contextmanager
-def _driver_errors(what: str) -> Iterator[None]:
-    """The one seam where driver errors become ours, the original chained.
-
-    A data exception (SQLSTATE class 22, or an argument the driver cannot encode, such
-    as a lone surrogate in a JSON string) is the caller's input: ``BadRequest``, and the
-    statement failed, so nothing was written; so is ``transact()``'s refusal of a session
-    at the wrong isolation level (a misconfiguration, not worth retrying). Anything else
-    is ``StoreUnavailable``.
-    """
-    try:
-        yield
-    except asyncpg.exceptions.DataError as exc:
-        raise BadRequest(f"PostgreSQL rejected the input of {what}: {exc}") from exc
-    except asyncpg.PostgresError as exc:
-        if exc.sqlstate == _WRONG_SESSION:
-            raise BadRequest(f"PostgreSQL {what}: {exc}") from exc
-        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
-    except asyncpg.ClientConfigurationError as exc:
-        raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
-    except TimeoutError as exc:
-        raise StoreUnavailable(
-            f"PostgreSQL {what} timed out ({str(exc) or 'no reply within the timeout'}; the URL's "
-            "timeout and connect_timeout set the bounds): the outcome of a write is unknown"
-        ) from exc
-    except _UNAVAILABLE as exc:
-        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _prefix_end(prefix: str) -> str | None:
@@ -134,22 +97,6 @@ def _matches_no_key(prefix: str) -> bool:
     except UnicodeEncodeError:
         return True
     return "\x00" in prefix
-
-
-def _check_session(config: PostgresConfig, schema: str | None, isolation: str) -> None:
-    """The open check: ``BadRequest`` unless the session is as the store needs it."""
-    if isolation != "read committed":
-        raise BadRequest(
-            f"the PostgreSQL session's transaction_isolation is {isolation!r}, not 'read "
-            "committed', which transact needs: set default_transaction_isolation to 'read "
-            "committed' for the server, database or role (or in the pooler's connect_query)"
-        )
-    if config.pooler is None and schema != config.schema:
-        raise BadRequest(
-            f"the PostgreSQL session's current_schema() is {schema!r}, not the store's "
-            f"{config.schema!r}: the startup settings were dropped on the way (a connection "
-            "pooler?); behind a pooler, add pooler=transaction or pooler=session to the URL"
-        )
 
 
 def _record(row: Any) -> Record:
@@ -198,12 +145,12 @@ class PostgresStore(Store):
         )
         pool = ConnectionPool(connect, config.pool_size, config.timeout)
         try:
-            with _driver_errors("connect and migrate"):
+            with driver_errors("connect and migrate"):
                 async with pool.acquire() as conn:
                     await migrate(conn, schema)
                     check = await conn.fetchrow(QUERIES["session_check"].sql)
             assert check is not None
-            _check_session(config, check["schema"], check["isolation"])
+            check_session(config, check["schema"], check["isolation"])
         except BaseException:
             with contextlib.suppress(Exception):
                 await pool.close()
@@ -221,7 +168,7 @@ class PostgresStore(Store):
         return cls(url, limits, pool=pool, config=config, listener=listener)
 
     async def _fetch(self, name: str, *args: object) -> list[Any]:
-        with _driver_errors(name):
+        with driver_errors(name):
             return await self._pool.fetch(self._sql[name], *args)
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
@@ -444,7 +391,7 @@ class PostgresStore(Store):
         while True:  # one round per wake-up: see listener.py for why this order
             waiter = self._listener.add(room, after)
             try:
-                with _driver_errors("watch"):
+                with driver_errors("watch"):
                     await self._listener.listen()
                 known = self._listener.newest(room) if trust else None
                 remaining = deadline - loop.time()
@@ -516,7 +463,7 @@ class PostgresStore(Store):
         return StoreInfo(self.backend, redact(self.url), durability, warnings, details)
 
     async def _close(self) -> None:
-        with _driver_errors("close"):
+        with driver_errors("close"):
             await self._listener.close()
             await self._pool.close()
         # Queued transacts fail once the pool is closed; let their senders finish.

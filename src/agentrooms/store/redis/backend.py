@@ -38,12 +38,12 @@ redis-py would apply them; redis-py itself only serves ``info`` (CONFIG GET, INF
   is ``StoreUnavailable`` with the cause chained, outcome unknown: nothing is retried
   here (a retried EVALSHA could apply a transact twice), the caller retries its
   idempotent command.
-* Blocking reads (a ``watch`` or ``follow_log`` that waits) each take a *watch wire* of
-  their own, idle or dialled, so waiters never hold up the hot path, and a connection
-  left mid-BLOCK never serves anything else: it is closed unless both replies were read.
-  At most ``max_connections`` (default 100) at once; waiters beyond that queue, their
-  queueing counted against their own timeout. The read is bounded by the watch's timeout
-  plus ``timeout``.
+* Blocking reads (a ``watch`` or ``follow_log`` that waits: :mod:`.watching`) each take
+  a *watch wire* of their own, idle or dialled, so waiters never hold up the hot path,
+  and a connection left mid-BLOCK never serves anything else: it is closed unless both
+  replies were read. At most ``max_connections`` (default 100) at once; waiters beyond
+  that queue, their queueing counted against their own timeout. The read is bounded by
+  the watch's timeout plus ``timeout``.
 
 Replica acknowledgement. With ``?wait=N`` (and ``wait_timeout``, milliseconds), every
 script that may write is followed by ``WAIT N wait_timeout`` in the same write on the same
@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any, Self, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
@@ -78,12 +77,20 @@ from agentrooms.errors import (
     CursorCompacted,
     StoreUnavailable,
 )
-from agentrooms.store.base import Store, seen
+from agentrooms.store.base import seen
 from agentrooms.store.redis import scripts
 from agentrooms.store.redis.config import replica_wait, timeouts
 from agentrooms.store.redis.durability import judge
 from agentrooms.store.redis.keys import redact_url, room_keys, split_url
-from agentrooms.store.redis.wire import Arg, Wire, dial, pack_command, pack_evalsha
+from agentrooms.store.redis.watching import WatchReads
+from agentrooms.store.redis.wire import (
+    Arg,
+    Wire,
+    dial,
+    pack_command,
+    pack_evalsha,
+    unavailable,
+)
 from agentrooms.store.types import (
     Event,
     Glance,
@@ -101,21 +108,12 @@ T = TypeVar("T")
 # ------------------------------------------------------------------------- the store
 
 
-def _unavailable(exc: BaseException) -> StoreUnavailable | BadRequest:
-    if isinstance(exc, ResponseError) and str(exc).startswith(("MOVED ", "ASK ")):
-        return BadRequest(
-            f"redis: this server is a Redis Cluster node ({exc}): open the store with a "
-            "redis+cluster://host:port,host:port/ URL (cluster mode); nothing was done"
-        )
-    return StoreUnavailable(f"redis: {type(exc).__name__}: {exc}")
-
-
 class ReplicasBehind(StoreUnavailable):
     """A write was applied by the primary but fewer replicas than the URL's ``wait``
     acknowledged it in time: a failover now could lose it (outcome unknown)."""
 
 
-class RedisStore(Store):
+class RedisStore(WatchReads):
     backend = "redis"
     shared_by_url = True
 
@@ -140,15 +138,7 @@ class RedisStore(Store):
         self._wire: Wire | None = None  # the hot path's connection: see _send
         self._dialing: asyncio.Task[Wire] | None = None
         self._closed = False
-        # blocking reads only, one at a time per wire: see _blocking
-        self._max_watchers: int = pool.max_connections
-        self._watchers = asyncio.Semaphore(self._max_watchers)
-        self._idle_watch: list[Wire] = []
-        self._busy_watch: set[Wire] = set()
-
-    @property
-    def follow_returns_events(self) -> bool:
-        return True  # XREAD BLOCK returns the entries: see _follow_log
+        self._init_watchers(pool.max_connections)  # blocking reads only: see .watching
 
     @classmethod
     async def open(cls, url: str, limits: Limits | None = None) -> Self:
@@ -166,7 +156,7 @@ class RedisStore(Store):
             async with asyncio.timeout(self.timeout):
                 return await command(*args)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
 
     async def _refuse_cluster(self) -> None:
         """``BadRequest`` if the server is a Redis Cluster node (``INFO cluster``): most
@@ -176,7 +166,7 @@ class RedisStore(Store):
         except ResponseError:  # INFO renamed or disabled: MOVED is still refused per call
             return
         except (RedisError, OSError) as exc:
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
         if b"cluster_enabled:1" in reply:
             raise BadRequest(
                 f"redis: {redact_url(self.url)} is a Redis Cluster node: open the store with "
@@ -214,7 +204,7 @@ class RedisStore(Store):
                 await self._send(pack_command("SCRIPT", "LOAD", script.text), route)
                 return await self._send(command, route, wait)
         except (RedisError, OSError) as exc:  # a timeout is an OSError too
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
 
     async def _command(self, *args: Arg, route: Arg | None = None) -> Any:
         """Any other command on the wire (routed by ``route``, its key), its errors ours
@@ -222,7 +212,7 @@ class RedisStore(Store):
         try:
             return await self._send(pack_command(*args), route)
         except (RedisError, OSError) as exc:
-            raise _unavailable(exc) from exc
+            raise unavailable(exc) from exc
 
     def _wait_command(self) -> list[bytes]:
         return pack_command("WAIT", self.wait_replicas, self.wait_ms)
@@ -402,119 +392,6 @@ class RedisStore(Store):
         key = room_keys(self.prefix, room).set + name
         size: int = await self._command("ZCARD", key, route=key)
         return size
-
-    async def _watch(self, room: str, after: int, timeout: float) -> int:
-        """One HGET; if the log is not yet past ``after``, a blocking read on a watch
-        connection (:func:`~agentrooms.store.redis.scripts.watch_command`) until an append
-        or the timeout.
-
-        The HGET first matters: after ``delete_room`` the log may hold no entry above
-        ``after`` although the sequence is past it (``trim_log`` always keeps the newest
-        entry, so it cannot cause this; either way the answer comes from the meta
-        hash, never from the stream). An append that lands between the HGET and the
-        XREAD is still seen (XREAD returns at once: its entry is above ``after``), unless
-        ``delete_room`` removes it in that instant too; then the wait ends at the
-        timeout, with the right answer.
-
-        A watch connection is used by one waiter at a time and only ever holds the
-        pending XREAD + HGET; if the wait ends any other way than with both replies
-        read (cancellation, deadline, error), the connection is closed before it goes
-        back to the pool, which also frees the blocked client on the server.
-        """
-        seq = await self._last_seq(room)
-        if seq > after or timeout <= 0:
-            return seq
-        keys = room_keys(self.prefix, room)
-        replies = await self._blocking(
-            keys.meta, partial(scripts.watch_command, keys, after), timeout, 2
-        )
-        if replies is None:  # no watch connection came free, or no time left
-            return await self._last_seq(room)
-        return 0 if replies[1] is None else int(replies[1])
-
-    async def _follow_log(self, room: str, after: int, timeout: float, limit: int) -> list[Event]:
-        """One round trip (:func:`~agentrooms.store.redis.scripts.follow_command`): the
-        blocking read returns the new entries themselves, and the meta hash, read when it
-        has returned, says whether any entry after ``after`` was trimmed
-        (``CursorCompacted``, as ``read_log``).
-
-        If the sequence is past ``after`` but the stream holds nothing above it (a
-        ``delete_room`` removed the entries), the read waits out ``timeout`` and the
-        meta hash then reports the compaction: the one case this costs a wait."""
-        if timeout <= 0:
-            return await super()._follow_log(room, after, timeout, limit)
-        keys = room_keys(self.prefix, room)
-        replies = await self._blocking(
-            keys.meta, partial(scripts.follow_command, keys, after, limit), timeout, 2
-        )
-        if replies is None:
-            return await self._read_log(room, after, limit)
-        found, (seq, low) = replies
-        if after + 1 < (1 if low is None else int(low)):
-            raise CursorCompacted(room, after, int(low))
-        entries = scripts.stream_entries(found)
-        if not entries and seq is not None and int(seq) > after:
-            return await self._read_log(room, after, limit)  # says why, or reads them
-        return [scripts.event(eid, fields) for eid, fields in entries]
-
-    async def _blocking(
-        self, route: Arg, command: Callable[[int], list[bytes]], timeout: float, replies: int
-    ) -> list[Any] | None:
-        """Send ``command(block_ms)`` on a watch connection within ``timeout`` seconds
-        and read its ``replies``; ``None`` if no watch connection came free in time.
-        Waiters beyond the watch pool's bound queue, their wait counted against their
-        own timeout; the read is bounded by the rest of it plus ``timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        if not self._watchers.locked():
-            await self._watchers.acquire()  # returns at once (no task, unlike wait_for)
-        else:
-            try:
-                await asyncio.wait_for(self._watchers.acquire(), timeout)
-            except TimeoutError:  # every watch connection stayed busy for the whole wait
-                return None
-        try:
-            left = deadline - loop.time()
-            if left <= 0:
-                return None
-            async with asyncio.timeout(left + self.timeout):
-                return await self._block(command(scripts.block_ms(left)), replies, route)
-        except (RedisError, OSError) as exc:  # a timeout is an OSError too
-            raise _unavailable(exc) from exc
-        finally:
-            self._watchers.release()
-
-    async def _block(
-        self, command: list[bytes], replies: int, route: Arg | None = None
-    ) -> list[Any]:
-        """Send ``command`` on a watch wire (an idle one, or one dialled now) and read
-        its ``replies`` (``route``: the key it reads, for a cluster). The wire is kept
-        for the next blocking read only if nothing is pending on it; otherwise
-        (cancelled, deadline, error) it is closed, which also frees the blocked client
-        on the server."""
-        if self._closed:
-            raise ConnectionError("the Redis store is closed")
-        wire = self._idle_watch.pop() if self._idle_watch else None
-        if wire is None or not wire.usable:
-            async with asyncio.timeout(self.connect_timeout):
-                wire = await dial(self._options)
-        self._busy_watch.add(wire)
-        futures: list[asyncio.Future[Any]] = []
-        try:
-            futures = wire.send(command, replies)
-            answers = [await future for future in futures]
-        except BaseException:
-            wire.close()  # fails the replies still to come: seen here, raised once
-            for future in futures:
-                seen(future)
-            raise
-        finally:
-            self._busy_watch.discard(wire)
-        if self._closed:
-            wire.close()
-        else:
-            self._idle_watch.append(wire)
-        return answers
 
     async def _delete_room(self, room: str) -> None:
         keys = room_keys(self.prefix, room)

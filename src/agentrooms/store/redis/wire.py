@@ -40,6 +40,7 @@ import hiredis
 from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.exceptions import NoScriptError, ResponseError
 
+from agentrooms.errors import BadRequest, StoreUnavailable
 from agentrooms.store.base import settle
 
 __all__ = ["Arg", "Wire", "dial", "pack_command", "pack_evalsha"]
@@ -225,3 +226,14 @@ async def dial(options: AbstractConnection, deadline: float | None = None) -> Wi
         wire.close("failed while being set up")
         raise
     return wire
+
+
+def unavailable(exc: BaseException) -> StoreUnavailable | BadRequest:
+    """A redis-py or connection error as the store reports it: ``BadRequest`` for a
+    Redis Cluster redirection (the URL names a cluster node), else ``StoreUnavailable``."""
+    if isinstance(exc, ResponseError) and str(exc).startswith(("MOVED ", "ASK ")):
+        return BadRequest(
+            f"redis: this server is a Redis Cluster node ({exc}): open the store with a "
+            "redis+cluster://host:port,host:port/ URL (cluster mode); nothing was done"
+        )
+    return StoreUnavailable(f"redis: {type(exc).__name__}: {exc}")
