@@ -36,7 +36,7 @@ from agentrooms.ops.model import (
     WriterQueue,
 )
 from agentrooms.ops.rows import MAX_EFFECTS
-from agentrooms.rooms import keys
+from agentrooms.rooms import keys, registry
 from agentrooms.store import contention
 from agentrooms.store.base import Store
 from agentrooms.store.types import Record
@@ -162,20 +162,14 @@ class Ops:
         leaves out the rooms it refuses (as if absent). ``next_after`` is the name to
         pass as ``after`` for the next page, ``None`` at the end."""
         names: list[str] = []
-        cursor = None if after is None else keys.registry_entry(after)
+        registered = registry.Names(self.store, after, registry.batch_for(limit))
         more = False
-        while not more:
-            page = await self.store.scan(keys.REGISTRY, "room/", cursor, 100)
-            for record in page.records:
-                name = record.key[len("room/") :]
-                if allowed is None or allowed(name):
-                    if len(names) == limit:
-                        more = True
-                        break
-                    names.append(name)
-            if page.next_after is None:
-                break
-            cursor = page.next_after
+        while (name := await registered.next()) is not None:
+            if allowed is None or allowed(name):
+                if len(names) == limit:
+                    more = True
+                    break
+                names.append(name)
         summaries = await asyncio.gather(
             *(self._summary_or_none(name, thresholds) for name in names)
         )
