@@ -9,8 +9,8 @@
 * redis-cluster: a Redis Cluster of this run's own (3 primaries, one replica each:
   ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
   the store's and the room-level conformance suites, the HTTP and MCP state suites and
-  the cluster's own tests (:data:`CLUSTER_SUITES`) run on it (``AGENTROOMS_CLUSTER_ALL=1``: every module that
-  uses the ``backend`` fixture).
+  the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
+  (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
 * postgres-pgbouncer-tx, postgres-pgbouncer-session: that database through pgbouncer
   (tests/pgbouncer_fixture.py) in transaction and in session pooling, each in a schema
   of its own. They run only the modules of :data:`POOLED_MODULES` (the store's and the
