@@ -5,7 +5,9 @@ lines, cursors, presence, documents, effects, writer queues, contention tables),
 sent at once, plus the log's head and newest events. Each part is its own snapshot;
 ``now`` is the store clock of the room's own read, and every duration (lease remaining,
 waited, age, lag) is judged against it, never against this process's clock. Nothing
-here writes. A room that does not exist raises ``NotFound``.
+here writes. A room that does not exist raises ``NotFound``. The rooms overview
+(:meth:`Ops.rooms`) reads a page of rooms with one glance and one
+:meth:`~agentrooms.store.base.Store.scan_rooms` per key prefix for the whole page.
 
 A claimed task whose lease ran out shows as ``"expired, reclaimable"``, computed here
 from ``now`` and the task's ``lease_expires``. Fields that newer writers record (a lease's
@@ -51,7 +53,22 @@ EVENT_CHUNK = 500  # events read per round trip when filtering
 EVENT_SCAN = 5000  # events looked at, at most, by one filtered events call
 SCAN_PAGE = 1000  # records per scan page: the plan read's own page, so a task scan costs the same
 
+PREFIXES = ("task/", "lock/", "lockq/", "cursor/", "presence/", "effect/")  # a room's parts
+
 Allowed = Callable[[str], bool]
+
+
+def _summarise(room: str, parts: rows.Parts, thresholds: Thresholds) -> RoomSummary:
+    tasks, locks, _, _, stuck = rows.judge(parts, thresholds)
+    return RoomSummary(
+        room=room,
+        tasks=rows.count(r.status for r in tasks),
+        stuck=len(stuck),
+        locks_held=sum(1 for lock in locks if lock.holder is not None),
+        online=len(parts.presence),
+        last_seq=parts.last_seq,
+        archived=parts.archived,
+    )
 
 
 class Ops:
@@ -76,11 +93,10 @@ class Ops:
 
     async def _parts(self, room: str) -> rows.Parts:
         keys.check_name(room, "room name")
-        prefixes = ("task/", "lock/", "lockq/", "cursor/", "presence/", "effect/")
         snap, last_seq, scans = await asyncio.gather(
             self.store.read(room, [keys.META, keys.ARCHIVED]),
             self.store.last_seq(room),
-            asyncio.gather(*(self._all(room, prefix) for prefix in prefixes)),
+            asyncio.gather(*(self._all(room, prefix) for prefix in PREFIXES)),
         )
         if not snap.exists(keys.META):
             raise NotFound(f"room {room!r} does not exist")
@@ -138,17 +154,22 @@ class Ops:
     async def summary(self, room: str, thresholds: Thresholds | None = None) -> RoomSummary:
         """One line of the rooms overview: task counts, stuck count, locks held, agents
         online and the log's head."""
-        parts = await self._parts(room)
-        tasks, locks, _, _, stuck = rows.judge(parts, thresholds or self.thresholds)
-        return RoomSummary(
-            room=room,
-            tasks=rows.count(r.status for r in tasks),
-            stuck=len(stuck),
-            locks_held=sum(1 for lock in locks if lock.holder is not None),
-            online=len(parts.presence),
-            last_seq=parts.last_seq,
-            archived=parts.archived,
-        )
+        return _summarise(room, await self._parts(room), thresholds or self.thresholds)
+
+    async def _all_of(self, rooms: list[str], prefix: str) -> list[list[Record]]:
+        """Every record under ``prefix`` of each of ``rooms``: one
+        :meth:`~agentrooms.store.base.Store.scan_rooms` for their first pages, then a
+        scan per further page of a room holding more than a page of them."""
+        limit = min(SCAN_PAGE, self.store.limits.max_page)
+        pages = await self.store.scan_rooms(rooms, prefix, limit)
+        out = [page.records for page in pages]
+        for i, page in enumerate(pages):
+            after = page.next_after
+            while after is not None:
+                more = await self.store.scan(rooms[i], prefix, after, limit)
+                out[i] = out[i] + more.records
+                after = more.next_after
+        return out
 
     async def rooms(
         self,
@@ -170,23 +191,41 @@ class Ops:
                     more = True
                     break
                 names.append(name)
-        summaries = await asyncio.gather(
-            *(self._summary_or_none(name, thresholds) for name in names)
-        )
         now = (await self.store.read(keys.REGISTRY, [])).now
         return RoomsPage(
             now=now,
-            rooms=[s for s in summaries if s is not None],
+            rooms=await self._summaries(names, thresholds or self.thresholds),
             next_after=names[-1] if more and names else None,
         )
 
-    async def _summary_or_none(
-        self, room: str, thresholds: Thresholds | None
-    ) -> RoomSummary | None:
-        try:
-            return await self.summary(room, thresholds)
-        except NotFound:  # registered, and being created or deleted
-            return None
+    async def _summaries(self, names: list[str], thresholds: Thresholds) -> list[RoomSummary]:
+        """The rooms among ``names`` that exist, summarised: one glance and one
+        :meth:`_all_of` per kind of record for all of them (a registered room being
+        created or deleted is left out)."""
+        if not names:
+            return []
+        glances, kinds = await asyncio.gather(
+            self.store.glance(names, [keys.META, keys.ARCHIVED]),
+            asyncio.gather(*(self._all_of(names, prefix) for prefix in PREFIXES)),
+        )
+        out = []
+        for i, glance in enumerate(glances):
+            snap = glance.snapshot
+            if snap.exists(keys.META):
+                tasks, locks, waiters, cursors, presence, effects = (kind[i] for kind in kinds)
+                parts = rows.Parts(
+                    snap.now,
+                    snap.exists(keys.ARCHIVED),
+                    glance.last_seq,
+                    tasks,
+                    locks,
+                    waiters,
+                    cursors,
+                    presence,
+                    effects,
+                )
+                out.append(_summarise(names[i], parts, thresholds))
+        return out
 
     async def tasks(
         self, room: str, limit: int = PLAN_PAGE, after: str | None = None, status: str | None = None
