@@ -100,18 +100,7 @@ class Ops:
         )
         if not snap.exists(keys.META):
             raise NotFound(f"room {room!r} does not exist")
-        tasks, locks, waiters, cursors, presence, effects = scans
-        return rows.Parts(
-            snap.now,
-            snap.exists(keys.ARCHIVED),
-            last_seq,
-            tasks,
-            locks,
-            waiters,
-            cursors,
-            presence,
-            effects,
-        )
+        return rows.Parts(snap.now, snap.exists(keys.ARCHIVED), last_seq, *scans)
 
     async def room(self, room: str, thresholds: Thresholds | None = None) -> RoomPage:
         """The room's first screen: stuck list (most urgent first), plan summary and its
@@ -212,18 +201,8 @@ class Ops:
         for i, glance in enumerate(glances):
             snap = glance.snapshot
             if snap.exists(keys.META):
-                tasks, locks, waiters, cursors, presence, effects = (kind[i] for kind in kinds)
-                parts = rows.Parts(
-                    snap.now,
-                    snap.exists(keys.ARCHIVED),
-                    glance.last_seq,
-                    tasks,
-                    locks,
-                    waiters,
-                    cursors,
-                    presence,
-                    effects,
-                )
+                scans = [kind[i] for kind in kinds]  # in the order of PREFIXES, as Parts
+                parts = rows.Parts(snap.now, snap.exists(keys.ARCHIVED), glance.last_seq, *scans)
                 out.append(_summarise(names[i], parts, thresholds))
         return out
 
