@@ -10,10 +10,11 @@ import pytest
 from agentrooms import Rooms
 from agentrooms.errors import BadRequest, NotFound
 from agentrooms.rooms import TaskSpec
-from agentrooms.rooms.registry import SHARDS
-from agentrooms.store import Store
+from agentrooms.rooms.registry import SHARDS, shard_of
+from agentrooms.store import Limits, Store
 from agentrooms.store.types import Glance, ScanPage
 from agentrooms.store.wrap import Forwarding
+from tests.conftest import Backend
 
 
 class Trips(Forwarding):
@@ -137,3 +138,24 @@ async def test_documents_and_held_locks_by_page(store: Store, room: str) -> None
         await r.locks.try_acquire(name, "holder", ttl=600)
     assert [i.name for i in await r.locks.held(2)] == ["l1", "l2"]
     assert [i.name for i in await r.locks.held(2, "l2")] == ["l3"]
+
+
+async def test_pages_merge_the_registry_shards_in_name_order(backend: Backend) -> None:
+    """With two names read ahead per shard, shards run dry and are read on mid-page: every
+    room still comes once, in name order, across pages."""
+    store = await backend.open(limits=Limits(max_page=2))
+    tag = f"pm-{uuid.uuid4().hex[:8]}"
+    names = [f"{tag}-{i:02d}" for i in range(24)]
+    rooms = Rooms(store)
+    for name in names:
+        await rooms.create(name)
+    assert len({shard_of(n) for n in names}) > 1
+    seen: list[str] = []
+    after: str | None = tag
+    while after is not None:
+        page = await rooms.page(2, after, allowed=lambda n: n.startswith(tag))
+        seen += [r.name for r in page.rooms]
+        after = page.next_after
+    assert seen == names
+    unfiltered = await rooms.page(2, names[5])
+    assert [r.name for r in unfiltered.rooms] == names[6:8]
