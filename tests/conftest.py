@@ -8,13 +8,14 @@
   (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the end.
 * redis-cluster: a Redis Cluster of this run's own (3 primaries, one replica each:
   ``tests/cluster_fixture.py``), started once per session. To keep the suite's time, only
-  the store's and the room-level conformance suites and the cluster's own tests
-  (:data:`CLUSTER_SUITES`) run on it (``AGENTROOMS_CLUSTER_ALL=1``: every module that
-  uses the ``backend`` fixture).
+  the store's and the room-level conformance suites, the HTTP and MCP state suites and
+  the cluster's own tests (:data:`CLUSTER_SUITES`) run on it
+  (``AGENTROOMS_CLUSTER_ALL=1``: every module that uses the ``backend`` fixture).
 * postgres-pgbouncer-tx, postgres-pgbouncer-session: that database through pgbouncer
   (tests/pgbouncer_fixture.py) in transaction and in session pooling, each in a schema
   of its own. They run only the modules of :data:`POOLED_MODULES` (the store's and the
-  room-level conformance suites): elsewhere they are deselected.
+  room-level conformance suites, the HTTP and MCP state suites): elsewhere they are
+  deselected.
 
 A backend whose service does not answer is skipped on a laptop, but with
 ``AGENTROOMS_REQUIRE_BACKENDS=1`` (set by ``.ci/run``) the test **fails** instead.
@@ -53,6 +54,8 @@ CLUSTER_SUITES = (
     "tests/conformance/test_commit.py",
     "tests/conformance/test_sets_watch_rooms.py",
     "tests/unit/test_redis_cluster.py",
+    "tests/server/test_state_http.py",
+    "tests/mcp/test_state_mcp.py",
 )
 """Where the ``redis-cluster`` cases run (paths, or folders ending in ``/``)."""
 CLUSTER_ALL = os.environ.get("AGENTROOMS_CLUSTER_ALL", "") not in ("", "0", "false")
@@ -63,6 +66,8 @@ POOLED_MODULES = (
     "tests/conformance/test_rooms.py",
     "tests/conformance/test_commit.py",
     "tests/conformance/test_sets_watch_rooms.py",
+    "tests/server/test_state_http.py",
+    "tests/mcp/test_state_mcp.py",
 )
 RUN_ID = uuid.uuid4().hex[:10]
 REQUIRE = os.environ.get("AGENTROOMS_REQUIRE_BACKENDS", "") not in ("", "0", "false")

@@ -92,6 +92,7 @@ class SyncStore(_Twin[Store]):
     transact = _blocking(Store.transact)
     scan = _blocking(Store.scan)
     glance = _blocking(Store.glance)
+    scan_rooms = _blocking(Store.scan_rooms)
     read_log = _blocking(Store.read_log)
     trim_log = _blocking(Store.trim_log)
     last_seq = _blocking(Store.last_seq)

@@ -55,3 +55,23 @@ async def test_glance_input_is_checked(backend: Backend, room: str) -> None:
         assert len(await store.glance([room, room + "1"], ["k", "k", "k", "k"])) == 2
     finally:
         await store.close()
+
+
+async def test_scan_rooms_reads_each_rooms_first_page_in_the_order_asked(
+    store: Store, room: str
+) -> None:
+    a, b, empty = room + "-a", room + "-b", room + "-never"
+    await store.transact(a, writes=[Put(f"p/{i}", i) for i in range(3)] + [Put("q/0", 0)])
+    await store.transact(b, writes=[Put("p/x", "x"), Put("p/gone", 1, ttl=0.001)])
+    await asyncio.sleep(0.01)
+    pa, pb, pe = await store.scan_rooms([a, b, empty], "p/", 2)
+    assert ([r.key for r in pa.records], pa.next_after) == (["p/0", "p/1"], "p/1")
+    assert ([r.value for r in pb.records], pb.next_after) == (["x"], None)  # expired: absent
+    assert (pe.records, pe.next_after) == ([], None)
+    rest = await store.scan(a, "p/", pa.next_after, 2)
+    assert [r.key for r in rest.records] == ["p/2"]
+    assert await store.scan_rooms([], "p/") == []
+    with pytest.raises(BadRequest):
+        await store.scan_rooms(a, "p/")
+    with pytest.raises(BadRequest):
+        await store.scan_rooms([a], "p/", 0)

@@ -26,7 +26,7 @@ from agentrooms.store import (
     VersionIs,
 )
 from agentrooms.store.contention import FLUSH_EVERY
-from agentrooms.store.types import Prepared
+from agentrooms.store.types import Glance, Prepared
 from agentrooms.store.wrap import Forwarding
 from agentrooms.writer import IntentQueue, Writer
 from tests import ops_scenario as s
@@ -271,3 +271,58 @@ async def test_the_room_page_costs_the_same_round_trips_however_full_the_room(
     page = await Ops(counted).room(room)
     assert (page.plan.total, len(page.locks), len(page.cursors)) == (900, 40, 40)
     assert counted.trips == empty <= 16
+
+
+class CallsByKind(Forwarding):
+    """Counts the store calls made through it, by backend method."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.calls: dict[str, int] = {}
+
+    def _count(self, kind: str) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+
+    async def _read(self, room: str, keys: list[str]) -> Snapshot:
+        self._count("read")
+        return await super()._read(room, keys)
+
+    async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
+        self._count("scan")
+        return await super()._scan(room, prefix, after, limit)
+
+    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
+        self._count("scan_rooms")
+        return await super()._scan_rooms(rooms, prefix, limit)
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        self._count("glance")
+        return await super()._glance(rooms, keys, sets)
+
+    async def _last_seq(self, room: str) -> int:
+        self._count("last_seq")
+        return await super()._last_seq(room)
+
+
+async def test_a_rooms_page_costs_the_same_store_calls_for_2_and_for_12_rooms(
+    store: Store, room: str
+) -> None:
+    rooms = Rooms(store)
+    names = [f"{room}-{i:02d}" for i in range(12)]
+    for name in names:
+        r = await rooms.create(name)
+        await r.plan.add([TaskSpec("t1"), TaskSpec("t2", deps=["t1"])])
+        await r.presence.heartbeat("ann", ttl=600)
+        await r.locks.try_acquire("L", "ann", ttl=600)
+    costs = []
+    for n in (2, 12):
+        counted = CallsByKind(store)
+        mine = set(names[:n])
+        page = await Ops(counted).rooms(limit=50, after=room, allowed=mine.__contains__)
+        assert [x.room for x in page.rooms] == names[:n]
+        assert all(x.tasks == {"ready": 1, "pending": 1} for x in page.rooms)
+        assert all((x.locks_held, x.online) == (1, 1) for x in page.rooms)
+        costs.append(counted.calls)
+    registry_scans = costs[0].pop("scan"), costs[1].pop("scan")  # the registry's shards
+    assert registry_scans[0] == registry_scans[1]
+    assert costs[0] == costs[1] == {"glance": 1, "scan_rooms": 6, "read": 1}

@@ -13,14 +13,15 @@ import httpx
 from fastapi import FastAPI
 
 from agentrooms.errors import CursorCompacted
-from agentrooms.rooms import keys
+from agentrooms.rooms import keys, registry
 from agentrooms.server import AuthConfig, HttpLimits, create_app, mint
-from agentrooms.server.auth import AUTH_ROOM
+from agentrooms.server.auth import AUTH_ROOM, TOKEN_ROOMS
 from agentrooms.store import Store
 from agentrooms.store.types import Event, Prepared, ScanPage, Snapshot, TransactResult
 from tests.helpers import Interposed
 
 BASE = "http://agentrooms.test"
+AUTH_ROOMS = frozenset({AUTH_ROOM, *TOKEN_ROOMS})
 
 
 def make_app(store: Store, *, dev: bool = False, limits: HttpLimits | None = None) -> FastAPI:
@@ -76,13 +77,14 @@ async def state(
     store: Store, rooms: Iterable[str] = (), *, registered: bool = False
 ) -> dict[str, Any]:
     """Every record, the log, the last sequence number and the plan's sets of the
-    registry, the token room, ``rooms`` and (with ``registered``) every registered room,
+    registry's shards, the token rooms, ``rooms`` and (with ``registered``) every registered room,
     by room, with the store clock (``now``) after they were read. On a store shared with
     other tests (Redis, PostgreSQL) pass ``registered=False`` and name the test's own
     rooms: other tests' records expire on their own clock."""
-    names = {keys.REGISTRY, AUTH_ROOM, *rooms}
+    names = {*registry.SHARD_ROOMS, AUTH_ROOM, *TOKEN_ROOMS, *rooms}
     if registered:
-        names |= {r[1]["name"] for r in await _all_records(store, keys.REGISTRY)}
+        for shard in registry.SHARD_ROOMS:
+            names |= {r[1]["name"] for r in await _all_records(store, shard)}
     parts = {
         room: {
             "records": await _all_records(store, room),
@@ -136,8 +138,8 @@ class Recording(Interposed):
         self.log: list[tuple[str, str]] = []
 
     def touched(self) -> list[tuple[str, str]]:
-        """Operations on anything but the token room."""
-        return [(op, room) for op, room in self.log if room != AUTH_ROOM]
+        """Operations on anything but the token rooms."""
+        return [(op, room) for op, room in self.log if room not in AUTH_ROOMS]
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         self.log.append(("read", room))

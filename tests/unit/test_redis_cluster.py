@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from agentrooms.errors import BadRequest, StoreUnavailable
-from agentrooms.rooms import Rooms
+from agentrooms.rooms import Rooms, registry
+from agentrooms.server.auth import TOKEN_ROOMS, MintedToken, authenticate, list_tokens, mint
 from agentrooms.store import Append, Put, SetAdd, VersionIs, open_store
 from agentrooms.store.redis.backend import RedisStore, ReplicasBehind
 from agentrooms.store.redis.cluster import RedisClusterStore, slot_of, split_cluster_url
@@ -370,3 +371,39 @@ def test_doctor_prints_the_topology(redis_cluster: Cluster, redis_cluster_url: s
     plain = f"redis://127.0.0.1:{redis_cluster.ports[0]}/0"
     result = runner.invoke(app, ["doctor", "--url", plain], env={"COLUMNS": "200"})
     assert result.exit_code == EXIT_USAGE and "redis+cluster://" in result.output
+
+
+async def test_registry_entries_and_tokens_are_spread_over_the_primaries(
+    cluster_store: RedisClusterStore,
+) -> None:
+    """Rooms registered through one shard per primary, and tokens minted until their
+    rooms cover two primaries: each entry is in its shard on its owner, and the listing
+    and token checks read them back from every node they landed on."""
+    store = cluster_store
+
+    def owner(room: str) -> tuple[str, int] | None:
+        return store._slots[slot_of(room_tag(store.prefix, room))]
+
+    wanted = {shard.primary for shard in store.shards}
+    names: list[str] = []
+    while wanted:
+        name = f"reg-{uuid.uuid4().hex[:12]}"
+        if owner(registry.shard_of(name)) in wanted:
+            wanted.discard(owner(registry.shard_of(name)))
+            names.append(name)
+    rooms = Rooms(store)
+    for name in names:
+        await rooms.create(name)
+        entry = await store.read(registry.shard_of(name), [f"room/{name}"])
+        assert entry.records  # written to its shard, whose owner is one of each primary
+    listed = [r.name for r in await rooms.list()]
+    assert [n for n in listed if n in names] == sorted(names)
+    minted: list[MintedToken] = []
+    while len({owner(TOKEN_ROOMS[int(m.info.id[0], 16)]) for m in minted}) < 2:
+        assert len(minted) < 32
+        minted.append(await mint(store, "a", rooms="*", scopes=["admin"]))
+    for m in minted:
+        token_id, secret = m.token.split("_")[1:]
+        principal, _ = await authenticate(store, token_id, secret)
+        assert principal.token_id == token_id
+    assert {t.id for t in await list_tokens(store)} >= {m.info.id for m in minted}

@@ -5,7 +5,9 @@ lines, cursors, presence, documents, effects, writer queues, contention tables),
 sent at once, plus the log's head and newest events. Each part is its own snapshot;
 ``now`` is the store clock of the room's own read, and every duration (lease remaining,
 waited, age, lag) is judged against it, never against this process's clock. Nothing
-here writes. A room that does not exist raises ``NotFound``.
+here writes. A room that does not exist raises ``NotFound``. The rooms overview
+(:meth:`Ops.rooms`) reads a page of rooms with one glance and one
+:meth:`~agentrooms.store.base.Store.scan_rooms` per key prefix for the whole page.
 
 A claimed task whose lease ran out shows as ``"expired, reclaimable"``, computed here
 from ``now`` and the task's ``lease_expires``. Fields that newer writers record (a lease's
@@ -36,7 +38,7 @@ from agentrooms.ops.model import (
     WriterQueue,
 )
 from agentrooms.ops.rows import MAX_EFFECTS
-from agentrooms.rooms import keys
+from agentrooms.rooms import keys, registry
 from agentrooms.store import contention
 from agentrooms.store.base import Store
 from agentrooms.store.types import Record
@@ -51,7 +53,22 @@ EVENT_CHUNK = 500  # events read per round trip when filtering
 EVENT_SCAN = 5000  # events looked at, at most, by one filtered events call
 SCAN_PAGE = 1000  # records per scan page: the plan read's own page, so a task scan costs the same
 
+PREFIXES = ("task/", "lock/", "lockq/", "cursor/", "presence/", "effect/")  # a room's parts
+
 Allowed = Callable[[str], bool]
+
+
+def _summarise(room: str, parts: rows.Parts, thresholds: Thresholds) -> RoomSummary:
+    tasks, locks, _, _, stuck = rows.judge(parts, thresholds)
+    return RoomSummary(
+        room=room,
+        tasks=rows.count(r.status for r in tasks),
+        stuck=len(stuck),
+        locks_held=sum(1 for lock in locks if lock.holder is not None),
+        online=len(parts.presence),
+        last_seq=parts.last_seq,
+        archived=parts.archived,
+    )
 
 
 class Ops:
@@ -76,26 +93,14 @@ class Ops:
 
     async def _parts(self, room: str) -> rows.Parts:
         keys.check_name(room, "room name")
-        prefixes = ("task/", "lock/", "lockq/", "cursor/", "presence/", "effect/")
         snap, last_seq, scans = await asyncio.gather(
             self.store.read(room, [keys.META, keys.ARCHIVED]),
             self.store.last_seq(room),
-            asyncio.gather(*(self._all(room, prefix) for prefix in prefixes)),
+            asyncio.gather(*(self._all(room, prefix) for prefix in PREFIXES)),
         )
         if not snap.exists(keys.META):
             raise NotFound(f"room {room!r} does not exist")
-        tasks, locks, waiters, cursors, presence, effects = scans
-        return rows.Parts(
-            snap.now,
-            snap.exists(keys.ARCHIVED),
-            last_seq,
-            tasks,
-            locks,
-            waiters,
-            cursors,
-            presence,
-            effects,
-        )
+        return rows.Parts(snap.now, snap.exists(keys.ARCHIVED), last_seq, *scans)
 
     async def room(self, room: str, thresholds: Thresholds | None = None) -> RoomPage:
         """The room's first screen: stuck list (most urgent first), plan summary and its
@@ -138,17 +143,22 @@ class Ops:
     async def summary(self, room: str, thresholds: Thresholds | None = None) -> RoomSummary:
         """One line of the rooms overview: task counts, stuck count, locks held, agents
         online and the log's head."""
-        parts = await self._parts(room)
-        tasks, locks, _, _, stuck = rows.judge(parts, thresholds or self.thresholds)
-        return RoomSummary(
-            room=room,
-            tasks=rows.count(r.status for r in tasks),
-            stuck=len(stuck),
-            locks_held=sum(1 for lock in locks if lock.holder is not None),
-            online=len(parts.presence),
-            last_seq=parts.last_seq,
-            archived=parts.archived,
-        )
+        return _summarise(room, await self._parts(room), thresholds or self.thresholds)
+
+    async def _all_of(self, rooms: list[str], prefix: str) -> list[list[Record]]:
+        """Every record under ``prefix`` of each of ``rooms``: one
+        :meth:`~agentrooms.store.base.Store.scan_rooms` for their first pages, then a
+        scan per further page of a room holding more than a page of them."""
+        limit = min(SCAN_PAGE, self.store.limits.max_page)
+        pages = await self.store.scan_rooms(rooms, prefix, limit)
+        out = [page.records for page in pages]
+        for i, page in enumerate(pages):
+            after = page.next_after
+            while after is not None:
+                more = await self.store.scan(rooms[i], prefix, after, limit)
+                out[i] = out[i] + more.records
+                after = more.next_after
+        return out
 
     async def rooms(
         self,
@@ -162,37 +172,39 @@ class Ops:
         leaves out the rooms it refuses (as if absent). ``next_after`` is the name to
         pass as ``after`` for the next page, ``None`` at the end."""
         names: list[str] = []
-        cursor = None if after is None else keys.registry_entry(after)
+        registered = registry.Names(self.store, after, registry.batch_for(limit))
         more = False
-        while not more:
-            page = await self.store.scan(keys.REGISTRY, "room/", cursor, 100)
-            for record in page.records:
-                name = record.key[len("room/") :]
-                if allowed is None or allowed(name):
-                    if len(names) == limit:
-                        more = True
-                        break
-                    names.append(name)
-            if page.next_after is None:
-                break
-            cursor = page.next_after
-        summaries = await asyncio.gather(
-            *(self._summary_or_none(name, thresholds) for name in names)
-        )
+        while (name := await registered.next()) is not None:
+            if allowed is None or allowed(name):
+                if len(names) == limit:
+                    more = True
+                    break
+                names.append(name)
         now = (await self.store.read(keys.REGISTRY, [])).now
         return RoomsPage(
             now=now,
-            rooms=[s for s in summaries if s is not None],
+            rooms=await self._summaries(names, thresholds or self.thresholds),
             next_after=names[-1] if more and names else None,
         )
 
-    async def _summary_or_none(
-        self, room: str, thresholds: Thresholds | None
-    ) -> RoomSummary | None:
-        try:
-            return await self.summary(room, thresholds)
-        except NotFound:  # registered, and being created or deleted
-            return None
+    async def _summaries(self, names: list[str], thresholds: Thresholds) -> list[RoomSummary]:
+        """The rooms among ``names`` that exist, summarised: one glance and one
+        :meth:`_all_of` per kind of record for all of them (a registered room being
+        created or deleted is left out)."""
+        if not names:
+            return []
+        glances, kinds = await asyncio.gather(
+            self.store.glance(names, [keys.META, keys.ARCHIVED]),
+            asyncio.gather(*(self._all_of(names, prefix) for prefix in PREFIXES)),
+        )
+        out = []
+        for i, glance in enumerate(glances):
+            snap = glance.snapshot
+            if snap.exists(keys.META):
+                scans = [kind[i] for kind in kinds]  # in the order of PREFIXES, as Parts
+                parts = rows.Parts(snap.now, snap.exists(keys.ARCHIVED), glance.last_seq, *scans)
+                out.append(_summarise(names[i], parts, thresholds))
+        return out
 
     async def tasks(
         self, room: str, limit: int = PLAN_PAGE, after: str | None = None, status: str | None = None

@@ -23,8 +23,9 @@ set ``leased``         ids of claimed tasks, scanned for expired leases
 ``pathfence``          the room's reservation fencing counter: every grant rewrites it
 =====================  ===============================================================
 
-The registry of rooms lives in the room named ``REGISTRY``: one ``room/<name>`` record
-per room, so rooms can be listed.
+The registry of rooms lives in the store rooms ``REGISTRY.<h>``
+(:mod:`agentrooms.rooms.registry`): one ``room/<name>`` record per room, so rooms can be
+listed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Rooms: create, list, describe, archive, delete; and one room's parts.
 
 A room exists while its ``_meta`` record does; ``_archived`` makes it read-only. Rooms are
-also listed in the registry room (``keys.REGISTRY``) so they can be enumerated. Keys,
+also listed in the sharded registry (:mod:`agentrooms.rooms.registry`) so they can be
+enumerated. Keys,
 events, cursors, sets and locks of one room are invisible to every other room: the store
 keeps rooms apart, and every operation here names exactly one room.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from agentrooms.errors import InvalidTransition, VersionConflict
 from agentrooms.metrics import Metrics
 from agentrooms.retry import RetryPolicy
-from agentrooms.rooms import keys
+from agentrooms.rooms import keys, registry
 from agentrooms.rooms.documents import Documents
 from agentrooms.rooms.events import Events
 from agentrooms.rooms.locks import Locks, knowledge_of
@@ -23,7 +24,7 @@ from agentrooms.rooms.plan import Plan
 from agentrooms.rooms.presence import Presence
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.base import Store
-from agentrooms.store.types import JSON, Absent, Append, Delete, Glance, Present, Put
+from agentrooms.store.types import JSON, Absent, Append, Glance, Present, Put
 from agentrooms.store.validation import check_limit
 
 REGISTRY_SCAN = 1000
@@ -133,8 +134,7 @@ class Rooms:
         room = self.room(name)
         if author is not None:
             keys.check_name(author, "author")
-        entry = keys.registry_entry(room.name)
-        await self.store.transact(keys.REGISTRY, writes=[Put(entry, {"name": room.name})])
+        await registry.register(self.store, room.name)
         now = (await self.store.read(room.name, [])).now
         meta = {"description": str(description), "metadata": metadata, "created_at": now}
         try:
@@ -172,40 +172,41 @@ class Rooms:
         """Up to ``limit`` rooms by name after ``after``, each described.
 
         ``allowed`` is asked about each registered name before anything is described,
-        and the rooms it refuses are left out as if absent. The rooms kept are described
-        in one :meth:`~agentrooms.store.base.Store.glance` per registry scan of up to
-        :data:`REGISTRY_SCAN` names, so a page costs one scan and one glance unless
-        archived (when not included), refused or half-created rooms leave it short and it
-        reads on. ``among``: only these names are candidates, and the registry is not
-        scanned (a token that names its rooms). ``BadRequest`` for a ``limit`` outside
-        1 .. ``limits.max_page``.
+        and the rooms it refuses are left out as if absent. The registry's shards are
+        scanned at once and merged in name order (:class:`~agentrooms.rooms.registry.Names`,
+        reading ahead for ``limit`` names, or :data:`REGISTRY_SCAN` when filtering), and the
+        rooms kept are described in one :meth:`~agentrooms.store.base.Store.glance`, so a
+        page costs one scan per shard and one glance unless archived (when not included),
+        refused or half-created rooms leave it short and it reads on. ``among``: only
+        these names are candidates, and the registry is not scanned (a token that names
+        its rooms). ``BadRequest`` for a ``limit`` outside 1 .. ``limits.max_page``.
         """
         limit = check_limit(limit, self.store.limits)
         if among is not None:
             return await self._page_among(limit, after, include_archived, allowed, among)
-        cursor = None if after is None else keys.registry_entry(after)
-        out: list[RoomInfo] = []
         scan_size = limit if allowed is None else REGISTRY_SCAN
-        scan_size = min(scan_size, self.store.limits.max_page)
-        while True:
-            scan = await self.store.scan(keys.REGISTRY, "room/", cursor, scan_size)
-            names = [r.key[len("room/") :] for r in scan.records]
-            wanted = [n for n in names if allowed is None or allowed(n)]
-            taken = 0
-            while taken < len(wanted) and len(out) < limit:
-                chunk = wanted[taken : taken + limit - len(out)]
-                taken += len(chunk)
-                for info in await describe_rooms(self.store, chunk):
-                    # None: created half-way or being deleted
-                    if info is not None and (include_archived or not info.archived):
-                        out.append(info)
-            if len(out) == limit:
-                last = wanted[taken - 1]
-                more = taken < len(wanted) or names[-1] != last or scan.next_after is not None
-                return RoomList(out, last if more else None)
-            if scan.next_after is None:
-                return RoomList(out, None)
-            cursor = scan.next_after
+        names = registry.Names(self.store, after, registry.batch_for(scan_size))
+        out: list[RoomInfo] = []
+        last: str | None = None
+        ended = False
+        while len(out) < limit and not ended:
+            chunk: list[str] = []
+            while len(chunk) < limit - len(out):
+                name = await names.next()
+                if name is None:
+                    ended = True
+                    break
+                if allowed is None or allowed(name):
+                    chunk.append(name)
+            if not chunk:
+                break
+            last = chunk[-1]
+            for info in await describe_rooms(self.store, chunk):
+                # None: created half-way or being deleted
+                if info is not None and (include_archived or not info.archived):
+                    out.append(info)
+        more = len(out) == limit and not ended and names.more()
+        return RoomList(out, last if more else None)
 
     async def _page_among(
         self,
@@ -259,4 +260,4 @@ class Rooms:
         room = self.room(name)
         await room.scope.read([])
         await self.store.delete_room(room.name)
-        await self.store.transact(keys.REGISTRY, writes=[Delete(keys.registry_entry(room.name))])
+        await registry.unregister(self.store, room.name)

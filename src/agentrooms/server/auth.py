@@ -1,7 +1,9 @@
 """Bearer tokens: who is calling, which rooms it may enter, what it may do there.
 
 A token is the string ``ar_<id>_<secret>``: ``id`` (16 hex digits) names the record
-``token/<id>`` in the reserved store room :data:`AUTH_ROOM`, and ``secret`` is 32 random
+``token/<id>`` in the reserved store room ``_auth.<d>``, ``d`` the id's first hex digit
+(:data:`TOKEN_ROOMS`: sixteen rooms, so a Redis Cluster spreads token checks over its
+primaries; :data:`AUTH_ROOM` holds stream tickets), and ``secret`` is 32 random
 bytes (64 hex digits) of which only the SHA-256 is stored, so a copy of the store gives
 nobody a usable token. No room name the rooms layer accepts starts with ``_``, so no HTTP
 path can reach the tokens.
@@ -80,6 +82,8 @@ SCOPES = frozenset(
         ADMIN,
     }
 )
+TOKEN_ROOMS = tuple(f"{AUTH_ROOM}.{digit:x}" for digit in range(16))
+"""The store rooms of the token records, by the first hex digit of the token's id."""
 DEFAULT_TTL = 30 * 86_400.0
 _TOKEN = re.compile(r"ar_([0-9a-f]{16})_([0-9a-f]{64})")
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")  # a document partition name
@@ -190,6 +194,14 @@ def _key(token_id: str) -> str:
     return f"token/{token_id}"
 
 
+def _room(token_id: str) -> str:
+    """The store room of a token's record; ``Unauthorized`` for an id that is not 16
+    hex digits (no such token can exist)."""
+    if not re.fullmatch(r"[0-9a-f]{16}", token_id):
+        raise Unauthorized("unknown or invalid token")
+    return TOKEN_ROOMS[int(token_id[0], 16)]
+
+
 def parse_token(token: str) -> tuple[str, str]:
     """``(id, secret)`` of a token string; ``Unauthorized`` if it is not one."""
     match = _TOKEN.fullmatch(token)
@@ -245,10 +257,11 @@ async def mint(
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL:
         raise BadRequest(f"a token ttl is a positive number of seconds up to {MAX_TTL:.0f}")
     token_id, secret = secrets.token_hex(8), secrets.token_hex(32)
-    now = (await store.read(AUTH_ROOM, [])).now
+    room = _room(token_id)
+    now = (await store.read(room, [])).now
     info = TokenInfo(token_id, agent, room_list, scope_list, role, now, now + float(ttl))
     await store.transact(
-        AUTH_ROOM,
+        room,
         [Absent(_key(token_id))],
         [Put(_key(token_id), info.to_value(hash_secret(secret)))],
     )
@@ -260,36 +273,43 @@ async def revoke(store: Store, token: str) -> bool:
     such token or it was already revoked."""
     token_id = parse_token(token)[0] if token.startswith("ar_") else token
     key = _key(token_id)
+    try:
+        room = _room(token_id)
+    except Unauthorized:
+        return False
     while True:
-        snap = await store.read(AUTH_ROOM, [key])
+        snap = await store.read(room, [key])
         record = snap.get(key)
         if record is None or record.value.get("revoked_at") is not None:
             return False
         value = {**record.value, "revoked_at": snap.now}
         try:
-            await store.transact(AUTH_ROOM, [VersionIs(key, record.version)], [Put(key, value)])
+            await store.transact(room, [VersionIs(key, record.version)], [Put(key, value)])
         except VersionConflict:
             continue
         return True
 
 
 async def list_tokens(store: Store) -> list[TokenInfo]:
-    """Every token (revoked and expired ones included), by id."""
+    """Every token (revoked and expired ones included), by id: each token room read to
+    its end, in id order (the rooms split the ids by their first digit)."""
     out: list[TokenInfo] = []
-    after: str | None = None
-    while True:
-        page = await store.scan(AUTH_ROOM, "token/", after, 1000)
-        out += [TokenInfo.from_value(r.value) for r in page.records]
-        if page.next_after is None:
-            return out
-        after = page.next_after
+    for room in TOKEN_ROOMS:
+        after: str | None = None
+        while True:
+            page = await store.scan(room, "token/", after, 1000)
+            out += [TokenInfo.from_value(r.value) for r in page.records]
+            if page.next_after is None:
+                break
+            after = page.next_after
+    return out
 
 
 async def authenticate(store: Store, token_id: str, secret: str) -> tuple[Principal, str]:
     """The principal of a token and its stored hash; ``Unauthorized`` for an unknown,
     wrong, expired or revoked token. One read of the token's record."""
     key = _key(token_id)
-    snap = await store.read(AUTH_ROOM, [key])
+    snap = await store.read(_room(token_id), [key])
     record = snap.get(key)
     stored = "" if record is None else str(record.value.get("hash", ""))
     if not hmac.compare_digest(hash_secret(secret), stored) or record is None:
@@ -301,7 +321,7 @@ async def principal_of(store: Store, token_id: str) -> Principal:
     """The principal of the token with id ``token_id`` (no secret: for a caller that
     proved it otherwise, e.g. a stream ticket the token minted); ``Unauthorized`` for an
     unknown, expired or revoked token. One read of the token's record."""
-    snap = await store.read(AUTH_ROOM, [_key(token_id)])
+    snap = await store.read(_room(token_id), [_key(token_id)])
     record = snap.get(_key(token_id))
     if record is None:
         raise Unauthorized("unknown or invalid token")

@@ -5,8 +5,8 @@ In order, each step answering with the error envelope and ending the request:
 0. a path ending in ``/`` (no route's does, and nothing redirects): ``404``;
 1. a token in the query string (``token`` / ``access_token``): ``401``, and it is not used;
 2. a ``Content-Length`` over the body limit: ``413`` before a byte of the body is read;
-3. under ``/v1/``: the bearer token (one read of its record in the reserved ``_auth``
-   room), or dev mode's caller, or, for the operator stream only
+3. under ``/v1/``: the bearer token (one read of its record in its reserved
+   ``_auth.<d>`` room), or dev mode's caller, or, for the operator stream only
    (``GET /v1/ops/rooms/R/stream?ticket=T`` without an ``Authorization`` header), a
    single-use stream ticket (:mod:`.tickets`): ``401``. The dashboard's pages (``/ui``,
    ``/ui/rooms/R``; not its static files) are admitted the same way when they carry an

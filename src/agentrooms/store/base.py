@@ -216,6 +216,29 @@ class Store(abc.ABC):
             check_key(after, self.limits)
         return await self._scan(room, prefix, after, check_limit(limit, self.limits))
 
+    async def scan_rooms(
+        self, rooms: Sequence[str], prefix: str = "", limit: int = 100
+    ) -> list[ScanPage]:
+        """The first :meth:`scan` page (records under ``prefix``, at most ``limit``) of
+        each of ``rooms``, in the order of ``rooms``, as one call: what reads one kind of
+        record of a page of rooms without a call per room. Each room's page is one
+        snapshot (as :meth:`scan`); different rooms' may be from different instants;
+        continue a room with :meth:`scan` from its ``next_after``. At most
+        ``limits.max_page`` rooms; ``BadRequest`` otherwise. A backend that cannot send
+        them as one request sends the scans concurrently.
+        """
+        if isinstance(rooms, str):
+            raise BadRequest("rooms must be a sequence of strings, not one string")
+        room_list = [check_room(r, self.limits) for r in rooms]
+        if len(room_list) > self.limits.max_page:
+            raise BadRequest(f"scan at most {self.limits.max_page} rooms at once")
+        if not isinstance(prefix, str):
+            raise BadRequest("prefix must be a string")
+        limit = check_limit(limit, self.limits)
+        if not room_list:
+            return []
+        return await self._scan_rooms(room_list, prefix, limit)
+
     async def read_log(self, room: str, after: int = 0, limit: int = 100) -> list[Event]:
         """Events with ``seq > after`` in order, at most ``limit``.
 
@@ -329,6 +352,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage: ...
+
+    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
+        """Default: every room's scan at once (one round trip each, concurrently)."""
+        return list(await asyncio.gather(*(self._scan(r, prefix, None, limit) for r in rooms)))
 
     @abc.abstractmethod
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]: ...
