@@ -88,8 +88,11 @@ async def claim_next(
     body = body or ClaimIn()
     agent = act_as(access.principal, body.agent)
     cmd = command_id(access.principal, key)
-    lease = await access.room.plan.claim_next(agent, ttl=body.ttl, command_id=cmd)
-    return ClaimNextOut(lease=None if lease is None else LeaseOut.of(lease))
+    plan = access.room.plan
+    lease = await plan.claim_next(agent, ttl=body.ttl, command_id=cmd, wait=body.wait)
+    if lease is None:
+        return ClaimNextOut(lease=None, finished=await plan.finished())
+    return ClaimNextOut(lease=LeaseOut.of(lease))
 
 
 @router.get("/{task}", summary="One task", responses={200: {"headers": ETAG}})
@@ -108,9 +111,8 @@ async def claim(
 ) -> LeaseOut:
     body = body or ClaimIn()
     agent = act_as(access.principal, body.agent)
-    lease = await access.room.plan.claim(
-        task, agent, ttl=body.ttl, command_id=command_id(access.principal, key)
-    )
+    cmd = command_id(access.principal, key)
+    lease = await access.room.plan.claim(task, agent, ttl=body.ttl, command_id=cmd, wait=body.wait)
     return LeaseOut.of(lease)
 
 
