@@ -20,9 +20,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 from starlette.types import ASGIApp
 
+from agentrooms.rooms import Rooms
 from agentrooms.server import AuthConfig, HttpLimits, mint
+from agentrooms.server.auth import ADMIN, SCOPES
 from agentrooms.server.mcp import build_mcp, create_mcp_app
 from agentrooms.store import Store
+from tests.conftest import Backend
 
 START_TIMEOUT = 20.0
 
@@ -120,16 +123,22 @@ async def over_http(store: Store, room: str, scopes: Sequence[str]) -> AsyncIter
 
 
 @asynccontextmanager
-async def over_stdio(store_url: str, room: str) -> AsyncIterator[Connect]:
-    """Agents over stdio, one server subprocess each (every scope, in ``room`` only)."""
+async def over_stdio(backend: Backend, room: str) -> AsyncIterator[tuple[Connect, Store]]:
+    """Agents over stdio, one server subprocess each (every scope, in ``room`` only), on
+    ``backend``; also a store handle of the test's own. ``room`` is created first."""
+    store = await backend.open()
 
     @asynccontextmanager
     async def connect(agent: str, role: str | None) -> AsyncIterator[Client]:
         extra = ["--rooms", room, *([] if role is None else ["--role", role])]
-        async with stdio_session(store_url, agent, *extra) as client:
+        async with stdio_session(backend.url, agent, *extra) as client:
             yield client
 
-    yield connect
+    try:
+        await Rooms(store).create(room)
+        yield connect, store
+    finally:
+        await store.close()
 
 
 @asynccontextmanager
@@ -152,6 +161,11 @@ async def agents(connect: Connect, **roles: str | None) -> AsyncIterator[dict[st
             name: await stack.enter_async_context(connect(name, role))
             for name, role in roles.items()
         }
+
+
+# What the MCP tests' agents over HTTP may do: every room scope but admin and the
+# room-wide ones (create, archive, operate)
+TEAM_SCOPES = sorted(SCOPES - {ADMIN, "rooms:write", "ops:read"})
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -119,10 +119,5 @@ async def test_over_http(store: Store, room: str, scenario: Scenario) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 async def test_over_stdio(sqlite_backend: Backend, room: str, scenario: Scenario) -> None:
-    store = await sqlite_backend.open()
-    try:
-        await Rooms(store).create(room)
-        async with over_stdio(sqlite_backend.url, room) as connect:
-            await scenario(connect, room)
-    finally:
-        await store.close()
+    async with over_stdio(sqlite_backend, room) as (connect, _):
+        await scenario(connect, room)

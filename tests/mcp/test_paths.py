@@ -79,13 +79,8 @@ async def test_reserve_conflict_renew_release_and_loss_in_process(store: Store, 
 async def test_reserve_conflict_renew_release_and_loss_over_stdio(
     sqlite_backend: Backend, room: str
 ) -> None:
-    store = await sqlite_backend.open()
-    try:
-        await Rooms(store).create(room)
-        async with over_stdio(sqlite_backend.url, room) as connect:
-            await reserve_conflict_renew_release_and_loss(connect, store, room)
-    finally:
-        await store.close()
+    async with over_stdio(sqlite_backend, room) as (connect, store):
+        await reserve_conflict_renew_release_and_loss(connect, store, room)
 
 
 async def test_paths_over_streamable_http(sqlite_backend: Backend, room: str) -> None:

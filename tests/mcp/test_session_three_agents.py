@@ -27,20 +27,8 @@ from mcp_types import CallToolResult
 from agentrooms.rooms import Rooms
 from agentrooms.store import Store
 from tests.conftest import Backend
-from tests.mcp.support import Connect, agents, err, ok, over_http, over_stdio
+from tests.mcp.support import TEAM_SCOPES, Connect, agents, err, ok, over_http, over_stdio
 
-SCOPES = [
-    "rooms:read",
-    "plan:read",
-    "plan:write",
-    "lease:acquire",
-    "docs:read",
-    "docs:write",
-    "events:read",
-    "events:write",
-    "presence:write",
-    "locks:write",
-]
 ADDED_AFTER = 0.5  # seconds the lead waits before adding the task a worker waits for
 
 
@@ -186,15 +174,10 @@ async def not_found(lead: Counted, ana: Counted, bo: Counted, room: str) -> None
 
 async def test_three_agent_session_over_http(store: Store, room: str) -> None:
     await Rooms(store).create(room)
-    async with over_http(store, room, SCOPES) as connect:
+    async with over_http(store, room, TEAM_SCOPES) as connect:
         await session(connect, room)
 
 
 async def test_three_agent_session_over_stdio(sqlite_backend: Backend, room: str) -> None:
-    store = await sqlite_backend.open()
-    try:
-        await Rooms(store).create(room)
-        async with over_stdio(sqlite_backend.url, room) as connect:
-            await session(connect, room)
-    finally:
-        await store.close()
+    async with over_stdio(sqlite_backend, room) as (connect, _):
+        await session(connect, room)
