@@ -73,6 +73,7 @@ async def read_events(access: EventsRead, after: After = 0, limit: Limit = 100) 
 
 @router.post("/read-new", summary="Events after the caller's cursor", responses=errors(409, 410))
 async def read_new(
+    request: Request,
     access: EventsRead,
     ack: Literal["auto", "explicit"] = "auto",
     limit: Limit = 100,
@@ -85,6 +86,7 @@ async def read_new(
     not moved), with ``scanned`` and ``more`` (``more``: read again at once). ``wait``:
     when none is new, answer as soon as one arrives, else with none after ``wait``."""
     events_of = access.room.events
+    wait = min(wait, limits_of(request).max_wait)
     if inbox:
         page = await events_of.read_inbox(access.agent, _roles(access), limit, ack=ack, wait=wait)
         found = [EventOut.of(e) for e in page.events]

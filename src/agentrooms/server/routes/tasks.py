@@ -81,6 +81,7 @@ async def add_tasks(
 
 @router.post("/claim-next", summary="Claim a ready task, if any", responses=COMMAND)
 async def claim_next(
+    request: Request,
     access: LeaseAcquire,
     body: Annotated[ClaimIn | None, Body()] = None,
     key: IdempotencyKey = None,
@@ -89,7 +90,8 @@ async def claim_next(
     agent = act_as(access.principal, body.agent)
     cmd = command_id(access.principal, key)
     plan = access.room.plan
-    lease = await plan.claim_next(agent, ttl=body.ttl, command_id=cmd, wait=body.wait)
+    wait = min(body.wait, limits_of(request).max_wait)
+    lease = await plan.claim_next(agent, ttl=body.ttl, command_id=cmd, wait=wait)
     if lease is None:
         return ClaimNextOut(lease=None, finished=await plan.finished())
     return ClaimNextOut(lease=LeaseOut.of(lease))
@@ -104,6 +106,7 @@ async def get_task(access: PlanRead, task: TaskPath, response: Response) -> Task
 
 @router.post("/{task}/claim", summary="Claim one named task", responses=COMMAND)
 async def claim(
+    request: Request,
     access: LeaseAcquire,
     task: TaskPath,
     body: Annotated[ClaimIn | None, Body()] = None,
@@ -112,7 +115,8 @@ async def claim(
     body = body or ClaimIn()
     agent = act_as(access.principal, body.agent)
     cmd = command_id(access.principal, key)
-    lease = await access.room.plan.claim(task, agent, ttl=body.ttl, command_id=cmd, wait=body.wait)
+    wait = min(body.wait, limits_of(request).max_wait)
+    lease = await access.room.plan.claim(task, agent, ttl=body.ttl, command_id=cmd, wait=wait)
     return LeaseOut.of(lease)
 
 

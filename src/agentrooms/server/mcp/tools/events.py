@@ -58,11 +58,12 @@ class EventTools(ToolsBase):
             ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
             roles = [] if principal.role is None else [principal.role]
             more = False
+            wait_for = min(wait, self.limits.max_wait)
             if inbox:
-                page = await r.events.read_inbox(agent, roles, limit, ack=ack, wait=wait)
+                page = await r.events.read_inbox(agent, roles, limit, ack=ack, wait=wait_for)
                 events, more = page.events, page.more
             else:
-                events = await r.events.read_new(agent, limit, ack=ack, wait=wait)
+                events = await r.events.read_new(agent, limit, ack=ack, wait=wait_for)
             if not events or explicit or inbox:
                 cursor = await r.events.cursor(agent, inbox=inbox)
                 if not events:

@@ -173,10 +173,11 @@ class PlanTools(ToolsBase):
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
             agent = principal.agent
+            wait_for = min(wait, self.limits.max_wait)
             got = (
-                await r.plan.claim_next(agent, ttl=ttl, command_id=cmd, wait=wait)
+                await r.plan.claim_next(agent, ttl=ttl, command_id=cmd, wait=wait_for)
                 if task_id is None
-                else await r.plan.claim(task_id, agent, ttl=ttl, command_id=cmd, wait=wait)
+                else await r.plan.claim(task_id, agent, ttl=ttl, command_id=cmd, wait=wait_for)
             )
             if got is None:
                 finished = await r.plan.finished()
