@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from agentrooms.rooms import Rooms, TaskSpec
+from agentrooms.server import HttpLimits
 from agentrooms.server.models import MAX_WAIT
 from agentrooms.store import Store
 from tests.conftest import Backend
@@ -137,3 +138,16 @@ async def test_openapi_describes_wait(http: Counted) -> None:
     params = spec["paths"]["/v1/rooms/{room}/events/read-new"]["post"]["parameters"]
     [query] = [p for p in params if p["name"] == "wait"]
     assert query["schema"]["maximum"] == MAX_WAIT and "woken" in query["description"]
+
+
+async def test_the_server_caps_a_wait_at_its_max_wait(store: Store, room: str) -> None:
+    await Rooms(store).create(room)
+    headers = bearer(await token(store, "w"))
+    async with client(make_app(store, limits=HttpLimits(rate=None, max_wait=0.2))) as c:
+        start = time.monotonic()
+        claim = await c.post(
+            f"/v1/rooms/{room}/tasks/claim-next", json={"wait": 20}, headers=headers
+        )
+        read = await c.post(f"/v1/rooms/{room}/events/read-new?wait=20&inbox=true", headers=headers)
+        assert claim.json() == {"lease": None, "finished": False}
+        assert read.json()["events"] == [] and time.monotonic() - start < WOKEN
