@@ -18,8 +18,10 @@ from agentrooms.cli_common import (
     RoomArg,
     ServerOption,
     UrlOption,
+    WaitOption,
     _in_room,
     _list_in_room,
+    _local_wait,
     emit_json,
     fail,
     literal,
@@ -122,19 +124,22 @@ def events_read(
     explicit: Annotated[
         bool, typer.Option("--explicit", help="Keep the cursor until `events ack`")
     ] = False,
+    wait: WaitOption = 0.0,
     url: UrlOption = DEFAULT_URL,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Read agent ``--as``'s new events in ROOM (``--inbox``: only those addressed to it
     or to one of its ``--role``, through its inbox cursor), moving its cursor past them
-    (``--explicit``: only on ``events ack``).
+    (``--explicit``: only on ``events ack``). ``--wait S``: when there is none, wait up to
+    S seconds for one.
 
     One line per event, ``#<seq> <type> [by <author>] [to <names>] <data>``. ``--json``:
     ``{"events": [...]}`` (each event's seq, type, data, time, author, to, to_roles), with
     ``scanned`` and ``more`` for ``--inbox`` (``more``: read again)."""
     ack: Ack = "explicit" if explicit else "auto"
     who = _agent(agent, server)
+    wait = _local_wait(wait, server)
     if role and server is not None:
         fail("bad_request", "through a server the role is the token's: drop --role", EXIT_USAGE)
 
@@ -143,8 +148,8 @@ def events_read(
         if isinstance(handle, Room):
             assert who is not None
             if not inbox:
-                return {"events": await handle.events.read_new(who, limit, ack=ack)}
-            page = await handle.events.read_inbox(who, role or [], limit, ack=ack)
+                return {"events": await handle.events.read_new(who, limit, ack=ack, wait=wait)}
+            page = await handle.events.read_inbox(who, role or [], limit, ack=ack, wait=wait)
         else:
             if not inbox:
                 return {"events": await handle.events.read_new(who, limit, ack=ack)}

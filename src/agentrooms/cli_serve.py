@@ -71,6 +71,7 @@ LIMIT_HELP: dict[str, str] = {
     "max_stream_seconds": "Seconds an event stream lasts before it ends (clients resume)",
     "keepalive_seconds": "Seconds between keep-alive comments on an idle event stream",
     "max_lock_wait": "Longest queue wait of one lock acquire request, seconds",
+    "max_wait": "Longest wait of one task claim or read of new events, seconds (at most 30)",
     "max_header_bytes": "Request line and headers, bytes (431 past it)",
     "header_timeout": "Seconds to send the request line and headers (408)",
     "body_timeout": "Seconds to send a body once the headers are in (408)",

@@ -22,8 +22,10 @@ from agentrooms.cli_common import (
     RoomArg,
     ServerOption,
     UrlOption,
+    WaitOption,
     _in_room,
     _list_in_room,
+    _local_wait,
     emit_json,
     fail,
     literal,
@@ -101,20 +103,23 @@ def task_claim(
     task: Annotated[str | None, typer.Argument(help="Task id (default: the next ready)")] = None,
     agent: AgentOption = None,
     ttl: Annotated[float, typer.Option(help="Lease length in seconds")] = 60.0,
+    wait: WaitOption = 0.0,
     url: UrlOption = DEFAULT_URL,
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Claim a task under a lease; prints the lease (its fence completes the task).
-    ``--json``: ``{"lease": {...}}`` (``null`` when no task is ready)."""
+    ``--json``: ``{"lease": {...}}`` (``null`` when no task is ready). ``--wait S``: wait
+    up to S seconds for one (a named task: for it to be claimable)."""
     who = _agent(agent, server)
+    wait = _local_wait(wait, server)
 
     async def work(handle: Room | RemoteRoom) -> Lease | None:
         if isinstance(handle, Room):
             assert who is not None
             if task is None:
-                return await handle.plan.claim_next(who, ttl=ttl)
-            return await handle.plan.claim(task, who, ttl=ttl)
+                return await handle.plan.claim_next(who, ttl=ttl, wait=wait)
+            return await handle.plan.claim(task, who, ttl=ttl, wait=wait)
         if task is None:
             return await handle.plan.claim_next(who, ttl=ttl)
         return await handle.plan.claim(task, who, ttl=ttl)

@@ -101,6 +101,9 @@ async def test_a_lapsed_reservation_is_reclaimed_and_the_loss_told(room: Room) -
     (expired,) = [e for e in log if e.type == "paths.expired"]
     assert expired.data["id"] == old.id and expired.data["owner"] == "alice"
     assert expired.data["by"] == "bob"
+    told = await room.events.read_new("alice", inbox=True)  # addressed to the holder
+    assert [e.seq for e in told] == [expired.seq] and expired.to == ("alice",)
+    assert await room.events.read_new("bob", inbox=True) == []
     assert [r.id for r in await room.paths.held()] == [new.id]
     with pytest.raises(PathsLost, match="not held"):
         await room.paths.renew(old.id, "alice")  # reclaimed: gone

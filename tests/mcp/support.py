@@ -7,8 +7,8 @@ import asyncio
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -20,9 +20,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 from starlette.types import ASGIApp
 
-from agentrooms.server import AuthConfig, HttpLimits
-from agentrooms.server.mcp import create_mcp_app
+from agentrooms.rooms import Rooms
+from agentrooms.server import AuthConfig, HttpLimits, mint
+from agentrooms.server.auth import ADMIN, SCOPES
+from agentrooms.server.mcp import build_mcp, create_mcp_app
 from agentrooms.store import Store
+from tests.conftest import Backend
 
 START_TIMEOUT = 20.0
 
@@ -98,6 +101,71 @@ async def stdio_session(
     params = StdioServerParameters(command=sys.executable, args=[*args, *rest])
     async with Client(stdio_client(params), mode=mode, message_handler=message_handler) as client:
         yield client
+
+
+# Connects one agent (name, role) to the server under test as an SDK client
+Connect = Callable[[str, str | None], AbstractAsyncContextManager[Client]]
+
+
+@asynccontextmanager
+async def over_http(store: Store, room: str, scopes: Sequence[str]) -> AsyncIterator[Connect]:
+    """Agents over streamable HTTP to one served MCP app, each with its own bearer token
+    for ``room`` with ``scopes`` (and its role)."""
+    async with http_server(store) as url:
+
+        @asynccontextmanager
+        async def connect(agent: str, role: str | None) -> AsyncIterator[Client]:
+            minted = await mint(store, agent, rooms=[room], scopes=list(scopes), role=role)
+            async with http_client(url, bearer(minted.token)) as client:
+                yield client
+
+        yield connect
+
+
+@asynccontextmanager
+async def over_stdio(backend: Backend, room: str) -> AsyncIterator[tuple[Connect, Store]]:
+    """Agents over stdio, one server subprocess each (every scope, in ``room`` only), on
+    ``backend``; also a store handle of the test's own. ``room`` is created first."""
+    store = await backend.open()
+
+    @asynccontextmanager
+    async def connect(agent: str, role: str | None) -> AsyncIterator[Client]:
+        extra = ["--rooms", room, *([] if role is None else ["--role", role])]
+        async with stdio_session(backend.url, agent, *extra) as client:
+            yield client
+
+    try:
+        await Rooms(store).create(room)
+        yield connect, store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def in_process(store: Store, room: str) -> AsyncIterator[Connect]:
+    """Agents through the SDK's in-process client (every scope, in ``room`` only)."""
+
+    @asynccontextmanager
+    async def connect(agent: str, role: str | None) -> AsyncIterator[Client]:
+        async with Client(build_mcp(store, agent=agent, rooms=[room], role=role)) as client:
+            yield client
+
+    yield connect
+
+
+@asynccontextmanager
+async def agents(connect: Connect, **roles: str | None) -> AsyncIterator[dict[str, Client]]:
+    """One connected client per agent named (``name=role``), closed together."""
+    async with AsyncExitStack() as stack:
+        yield {
+            name: await stack.enter_async_context(connect(name, role))
+            for name, role in roles.items()
+        }
+
+
+# What the MCP tests' agents over HTTP may do: every room scope but admin and the
+# room-wide ones (create, archive, operate)
+TEAM_SCOPES = sorted(SCOPES - {ADMIN, "rooms:write", "ops:read"})
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -7,20 +7,7 @@ from __future__ import annotations
 from agentrooms.server import AuthConfig, mint
 from tests.conftest import Backend
 from tests.mcp.scenario import agent_loop
-from tests.mcp.support import bearer, http_client, http_server, stdio_session
-
-TEAM_SCOPES = [
-    "rooms:read",
-    "plan:read",
-    "plan:write",
-    "lease:acquire",
-    "docs:read",
-    "docs:write",
-    "events:read",
-    "events:write",
-    "presence:write",
-    "locks:write",
-]
+from tests.mcp.support import TEAM_SCOPES, bearer, http_client, http_server, stdio_session
 
 
 async def test_agent_loop_over_stdio(sqlite_backend: Backend, room: str) -> None:

@@ -1,38 +1,30 @@
 """Addressed messages over MCP (issue #26 item 1): three agents, each with its own token
-(one with a role), exchange addressed events through the official SDK client over
-streamable HTTP; each reads its inbox exactly once, an inbox read waits for a message
-instead of polling, and explicit reads redeliver until ack_events(inbox=true). On every
-backend."""
+(one with a role), exchange addressed events through the official SDK client; each
+reads its inbox exactly once, an inbox read waits for a message instead of polling, and
+explicit reads redeliver until ack_events(inbox=true). Over streamable HTTP on every
+backend, and over stdio (a server subprocess per agent, its role given with --role)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from mcp import Client
 
 from agentrooms.rooms import Rooms
-from agentrooms.server import mint
 from agentrooms.store import Store
-from tests.mcp.support import bearer, call, err, http_client, http_server, ok
+from tests.conftest import Backend
+from tests.mcp.support import Connect, agents, call, err, ok, over_http, over_stdio
 
 SCOPES = ["events:read", "events:write", "presence:write"]
 
 
-async def test_three_agents_exchange_addressed_messages(store: Store, room: str) -> None:
-    await Rooms(store).create(room)
-    tokens = {
-        "lead": (await mint(store, "lead", rooms=[room], scopes=SCOPES)).token,
-        "ana": (await mint(store, "ana", rooms=[room], scopes=SCOPES, role="reviewer")).token,
-        "bo": (await mint(store, "bo", rooms=[room], scopes=SCOPES)).token,
-    }
-    async with (
-        http_server(store) as url,
-        http_client(url, bearer(tokens["lead"])) as lead,
-        http_client(url, bearer(tokens["ana"])) as ana,
-        http_client(url, bearer(tokens["bo"])) as bo,
-    ):
+async def three_agents_exchange_addressed_messages(connect: Connect, room: str) -> None:
+    async with agents(connect, lead=None, ana="reviewer", bo=None) as team:
+        lead, ana, bo = team["lead"], team["ana"], team["bo"]
 
         async def post(client: Client, **args: Any) -> int:
             seq: int = ok(await call(client, "post_event", room=room, **args))["seq"]
@@ -75,17 +67,9 @@ async def test_three_agents_exchange_addressed_messages(store: Store, room: str)
         err(bad, "bad_request")
 
 
-async def test_an_inbox_read_waits_for_a_message_and_ignores_others(
-    store: Store, room: str
-) -> None:
-    await Rooms(store).create(room)
-    lead = (await mint(store, "lead", rooms=[room], scopes=SCOPES)).token
-    bo = (await mint(store, "bo", rooms=[room], scopes=SCOPES)).token
-    async with (
-        http_server(store) as url,
-        http_client(url, bearer(lead)) as lead_c,
-        http_client(url, bearer(bo)) as bo_c,
-    ):
+async def an_inbox_read_waits_for_a_message_and_ignores_others(connect: Connect, room: str) -> None:
+    async with agents(connect, lead=None, bo=None) as team:
+        lead_c, bo_c = team["lead"], team["bo"]
 
         async def later() -> None:
             await asyncio.sleep(0.3)
@@ -102,15 +86,9 @@ async def test_an_inbox_read_waits_for_a_message_and_ignores_others(
         assert took < 3, took
 
 
-async def test_explicit_inbox_reads_redeliver_until_ack_events(store: Store, room: str) -> None:
-    await Rooms(store).create(room)
-    lead = (await mint(store, "lead", rooms=[room], scopes=SCOPES)).token
-    bo = (await mint(store, "bo", rooms=[room], scopes=SCOPES)).token
-    async with (
-        http_server(store) as url,
-        http_client(url, bearer(lead)) as lead_c,
-        http_client(url, bearer(bo)) as bo_c,
-    ):
+async def explicit_inbox_reads_redeliver_until_ack_events(connect: Connect, room: str) -> None:
+    async with agents(connect, lead=None, bo=None) as team:
+        lead_c, bo_c = team["lead"], team["bo"]
         await call(lead_c, "post_event", room=room, type="noise")
         seq = ok(await call(lead_c, "post_event", room=room, type="m", to=["bo"]))["seq"]
         for _ in range(2):
@@ -122,3 +100,24 @@ async def test_explicit_inbox_reads_redeliver_until_ack_events(store: Store, roo
         assert again["events"] == []
         full = ok(await call(bo_c, "read_new_events", room=room, explicit=True))
         assert len(full["events"]) == 3  # the full cursor never moved
+
+
+SCENARIOS = [
+    three_agents_exchange_addressed_messages,
+    an_inbox_read_waits_for_a_message_and_ignores_others,
+    explicit_inbox_reads_redeliver_until_ack_events,
+]
+Scenario = Callable[[Connect, str], Awaitable[None]]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+async def test_over_http(store: Store, room: str, scenario: Scenario) -> None:
+    await Rooms(store).create(room)
+    async with over_http(store, room, SCOPES) as connect:
+        await scenario(connect, room)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+async def test_over_stdio(sqlite_backend: Backend, room: str, scenario: Scenario) -> None:
+    async with over_stdio(sqlite_backend, room) as (connect, _):
+        await scenario(connect, room)

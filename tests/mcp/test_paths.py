@@ -1,28 +1,36 @@
 """The path tools (reserve_paths, release_paths, check_paths) through the SDK's client:
 overlapping and disjoint reservations, the conflict naming holder and pattern, renewal by
 id, and a reservation lost to expiry told to its holder. In process on every backend,
-and over streamable HTTP with bearer tokens."""
+over stdio (a server subprocess per agent) and over streamable HTTP with bearer
+tokens."""
 
 from __future__ import annotations
 
 import asyncio
 
-from mcp import Client
-
 from agentrooms.rooms import Rooms
 from agentrooms.server import AuthConfig, mint
-from agentrooms.server.mcp import build_mcp
 from agentrooms.store import Store
 from tests.conftest import Backend
-from tests.mcp.support import bearer, call, err, http_client, http_server, ok
+from tests.mcp.support import (
+    Connect,
+    agents,
+    bearer,
+    call,
+    err,
+    http_client,
+    http_server,
+    in_process,
+    ok,
+    over_stdio,
+)
 
 
-async def test_reserve_conflict_renew_release_and_loss(store: Store, room: str) -> None:
-    await Rooms(store).create(room)
-    async with (
-        Client(build_mcp(store, agent="alice")) as a,
-        Client(build_mcp(store, agent="bob")) as b,
-    ):
+async def reserve_conflict_renew_release_and_loss(
+    connect: Connect, store: Store, room: str
+) -> None:
+    async with agents(connect, alice=None, bob=None) as team:
+        a, b = team["alice"], team["bob"]
         mine = ok(await call(a, "reserve_paths", room=room, paths=["src/**"], ttl=30))
         assert set(mine) == {"id", "fence", "expires_at"}
         ok(await call(b, "reserve_paths", room=room, paths=["docs/*.md"]))  # disjoint
@@ -60,6 +68,19 @@ async def test_reserve_conflict_renew_release_and_loss(store: Store, room: str) 
         }
         bad = err(await call(a, "reserve_paths", room=room, paths=["src/{a,b}"]), "bad_request")
         assert "only literal text" in bad["message"]
+
+
+async def test_reserve_conflict_renew_release_and_loss_in_process(store: Store, room: str) -> None:
+    await Rooms(store).create(room)
+    async with in_process(store, room) as connect:
+        await reserve_conflict_renew_release_and_loss(connect, store, room)
+
+
+async def test_reserve_conflict_renew_release_and_loss_over_stdio(
+    sqlite_backend: Backend, room: str
+) -> None:
+    async with over_stdio(sqlite_backend, room) as (connect, store):
+        await reserve_conflict_renew_release_and_loss(connect, store, room)
 
 
 async def test_paths_over_streamable_http(sqlite_backend: Backend, room: str) -> None:

@@ -11,8 +11,7 @@ from agentrooms.rooms import Rooms
 from agentrooms.server import mint
 from tests.conftest import Backend
 from tests.mcp.scenario import Alternating, agent_loop, use
-from tests.mcp.support import bearer, http_client, http_server
-from tests.mcp.test_agent_loop import TEAM_SCOPES
+from tests.mcp.support import TEAM_SCOPES, bearer, http_client, http_server
 
 
 async def test_calls_alternate_between_two_instances(shared_backend: Backend, room: str) -> None:

@@ -1,18 +1,21 @@
 """``agentrooms events post/read/ack``: addressed posts, the inbox read exactly once,
-explicit reads redelivered until acked, --json on each, errors as exit codes; in-process
+explicit reads redelivered until acked, --json on each, errors as exit codes; ``events
+read`` and ``task claim`` with ``--wait``, woken by another store handle; in-process
 with typer's runner against a real SQLite store."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agentrooms.cli import EXIT_NOT_FOUND, EXIT_USAGE, app
-from agentrooms.rooms import Rooms
+from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import open_store
 
 runner = CliRunner()
@@ -81,3 +84,44 @@ def test_errors_exit_with_their_codes(url: str) -> None:
     assert code == EXIT_USAGE and err.startswith("bad_request:")
     code, _, err = invoke("events", "read", "nowhere", "--as", "a", "--inbox", "--url", url)
     assert code == EXIT_NOT_FOUND and err.startswith("not_found:")
+
+
+def _later(url: str, seconds: float, post: bool) -> threading.Thread:
+    """In another thread (another store handle), after ``seconds``: post an event
+    addressed to ``bo``, or add a task."""
+
+    async def work() -> None:
+        await asyncio.sleep(seconds)
+        store = await open_store(url)
+        try:
+            room = Rooms(store).room("team")
+            if post:
+                await room.events.post("m", 1, author="lead", to=["bo"])
+            else:
+                await room.plan.add([TaskSpec("t1")])
+        finally:
+            await store.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(work(),))
+    thread.start()
+    return thread
+
+
+def test_wait_returns_when_one_arrives_or_after_it(url: str) -> None:
+    read = ("events", "read", "team", "--as", "bo", "--inbox", "--url", url, "--json")
+    start = time.monotonic()
+    code, out, _ = invoke(*read, "--wait", "0.3")
+    assert (code, json.loads(out)["events"]) == (0, []) and time.monotonic() - start >= 0.3
+    posting = _later(url, 0.3, post=True)
+    start = time.monotonic()
+    code, out, _ = invoke(*read, "--wait", "10")
+    posting.join()
+    assert [e["data"] for e in json.loads(out)["events"]] == [1]
+    assert time.monotonic() - start < 5
+    adding = _later(url, 0.3, post=False)
+    code, out, _ = invoke("task", "claim", "team", "--agent", "bo", "--wait", "10", "--url", url)
+    adding.join()
+    assert code == 0 and out.startswith("claimed t1"), out
+    args = ("task", "claim", "team", "--wait", "1", "--server", "http://127.0.0.1:1")
+    code, _, err = invoke(*args)
+    assert code == EXIT_USAGE and "--wait" in err

@@ -30,7 +30,7 @@ from agentrooms.commit import Change, View
 from agentrooms.errors import BadRequest, VersionConflict
 from agentrooms.metrics import operator_metrics
 from agentrooms.rooms import keys
-from agentrooms.rooms.scope import Scope
+from agentrooms.rooms.scope import Scope, Try
 from agentrooms.store.types import JSON, Absent, Append, Event, Put, VersionIs
 
 Ack = Literal["auto", "explicit"]
@@ -124,16 +124,27 @@ class Events:
         ack: Ack = "auto",
         inbox: bool = False,
         roles: Sequence[str] = (),
+        wait: float = 0.0,
     ) -> list[Event]:
         """Up to ``limit`` events after ``agent``'s cursor, in order. ``inbox``: only
         those addressed to ``agent`` or one of ``roles``, through its inbox cursor (see
-        :meth:`read_inbox`, which also says how far the log was looked at)."""
+        :meth:`read_inbox`, which also says how far the log was looked at). ``wait``
+        (seconds): when there is none, return as soon as one is appended (woken by the
+        store, from any handle), or ``[]`` after ``wait``."""
         if inbox:
-            return (await self.read_inbox(agent, roles, limit, ack=ack)).events
+            return (await self.read_inbox(agent, roles, limit, ack=ack, wait=wait)).events
         key = keys.cursor(keys.check_name(agent, "agent"))
         limit = _check_limit(limit)
         if ack not in ("auto", "explicit"):
             raise BadRequest("ack must be 'auto' or 'explicit'")
+
+        async def once() -> Try[list[Event]]:
+            events = await self._read_new_once(key, limit, ack)
+            return events, bool(events), None
+
+        return await self._scope.until(wait, once)
+
+    async def _read_new_once(self, key: str, limit: int, ack: Ack) -> list[Event]:
         while True:
             snap = await self._scope.read([key])
             record = snap.get(key)
@@ -158,6 +169,7 @@ class Events:
         *,
         ack: Ack = "auto",
         scan: int = INBOX_SCAN,
+        wait: float = 0.0,
     ) -> InboxPage:
         """Up to ``limit`` events after ``agent``'s inbox cursor addressed to ``agent`` or
         to one of ``roles``, in order, looking at no more than ``scan`` events of the log
@@ -169,7 +181,11 @@ class Events:
         for a reader that crashes before processing). ``ack="explicit"``: it moves only
         past the events before the first one returned (none is for the agent), and past
         the rest on ``ack(agent, seq, inbox=True)``: at-least-once. Two readers sharing
-        the agent name never both take an event (the cursor moves by compare-and-set)."""
+        the agent name never both take an event (the cursor moves by compare-and-set).
+
+        ``wait`` (seconds): while no event is for the agent, read on as the log grows
+        (woken by the store) and return the first page that has one, or the last, empty
+        page after ``wait``."""
         key = _inbox_key(agent)
         limit = _check_limit(limit)
         wanted = _names(roles, "role")
@@ -177,6 +193,16 @@ class Events:
             raise BadRequest("scan must be a positive integer")
         if ack not in ("auto", "explicit"):
             raise BadRequest("ack must be 'auto' or 'explicit'")
+
+        async def once() -> Try[InboxPage]:
+            page = await self._read_inbox_once(key, agent, wanted, limit, ack, scan)
+            return page, bool(page.events), 0.0 if page.more else None
+
+        return await self._scope.until(wait, once)
+
+    async def _read_inbox_once(
+        self, key: str, agent: str, wanted: tuple[str, ...], limit: int, ack: Ack, scan: int
+    ) -> InboxPage:
         while True:
             snap = await self._scope.read([key])
             record = snap.get(key)

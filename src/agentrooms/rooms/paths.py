@@ -12,8 +12,9 @@ sees it. Shared conflicts only with exclusive; an owner's own reservations count
 
 A reservation lapses at ``until`` by the store's clock. Its records stay for
 :data:`LINGER` more seconds, so a later overlapping grant reclaims it (deletes it and
-appends ``paths.expired`` naming it) instead of it vanishing unseen; ``renew`` of a
-lapsed, reclaimed or released reservation raises ``PathsLost``. Grants and releases
+appends ``paths.expired`` naming it, addressed to its holder's inbox) instead of it
+vanishing unseen; ``renew`` of a lapsed, reclaimed or released reservation raises
+``PathsLost``. Grants and releases
 append ``paths.reserved`` / ``paths.released``.
 
 Why it is built this way: docs/why-paths.md.
@@ -298,7 +299,8 @@ class Paths:
                 compares.append(VersionIs(found.key, found.version))
                 deletes.update(dict.fromkeys([found.key, *_index_keys(found.value)]))
                 data = {k: found.value[k] for k in ("id", "owner", "mode", "patterns", "fence")}
-                appends.append(Append("paths.expired", {**data, "by": by}, by))
+                owner = (found.value["owner"],)  # in the holder's inbox: told at once
+                appends.append(Append("paths.expired", {**data, "by": by}, by, owner))
         writes: list[Write] = [Delete(k) for k in deletes]
         return compares, writes, appends
 

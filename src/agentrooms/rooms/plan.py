@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from agentrooms.commit import Change, CommitResult, View, recorded
 from agentrooms.errors import (
+    AgentroomsError,
     BadRequest,
     InvalidTransition,
     LeaseHeld,
@@ -42,7 +43,7 @@ from agentrooms.errors import (
 from agentrooms.rooms import keys
 from agentrooms.rooms import task_transitions as t
 from agentrooms.rooms.keeper import keep_lease
-from agentrooms.rooms.scope import Scope
+from agentrooms.rooms.scope import Scope, Try
 from agentrooms.rooms.tasks import (
     CANCELLED,
     CLAIMED,
@@ -97,6 +98,10 @@ __all__ = [
     "check_ttl",
     "validate_specs",
 ]
+
+
+def _finished(tasks: list[Task]) -> bool:
+    return bool(tasks) and all(task.status in TERMINAL for task in tasks)
 
 
 class Plan:
@@ -192,15 +197,51 @@ class Plan:
         accept: Callable[[Task], bool] | None = None,
         max_candidates: int = 64,
         command_id: str | None = None,
+        wait: float = 0.0,
     ) -> Lease | None:
         """Claim a ready task (or one whose lease expired) for ``agent``; ``None`` if
         there is none. ``accept`` filters the candidates (e.g. by payload). With
-        ``command_id`` a retried call returns the lease the first one got."""
+        ``command_id`` a retried call returns the lease the first one got.
+
+        ``wait`` (seconds): while none is ready, wait for one, woken by the store when a
+        task is added or finished or a held lease runs out (not by polling); ``None``
+        after ``wait``, or at once when the plan is finished (:meth:`finished` tells
+        the two apart). ``BadRequest`` for a bad ``wait`` or ``ttl``."""
         keys.check_name(agent, "agent")
         ttl = check_ttl(ttl)
         cmd = t.Command(command_id, {"op": "claim_next", "agent": agent, "ttl": ttl})
-        if command_id is not None:
-            done = await recorded(self._scope.store, self.room, command_id, cmd.event)
+
+        async def once() -> Try[Lease | None]:
+            lease = await self._claim_next_once(agent, ttl, accept, max_candidates, cmd)
+            if lease is not None or wait == 0:
+                return lease, True, None
+            tasks = await self.tasks()
+            if _finished(tasks):
+                return None, True, None
+            ends = [t.lease_remaining for t in tasks if t.lease_remaining is not None]
+            return None, False, min(ends, default=None)
+
+        return await self._scope.until(wait, once)
+
+    async def finished(self) -> bool:
+        """Whether the plan is finished: it has tasks and every one is done, failed or
+        cancelled, so no claim will succeed again (an empty plan is not finished: work
+        may be added). ``NotFound`` if the room does not exist."""
+        if await self.ready_count():
+            await self._scope.read([])
+            return False
+        return _finished(await self.tasks())
+
+    async def _claim_next_once(
+        self,
+        agent: str,
+        ttl: float,
+        accept: Callable[[Task], bool] | None,
+        max_candidates: int,
+        cmd: t.Command,
+    ) -> Lease | None:
+        if cmd.id is not None:
+            done = await recorded(self._scope.store, self.room, cmd.id, cmd.event)
             if done is not None:  # an earlier delivery claimed (or found nothing)
                 return None if done.result is None else t.lease_from(self.room, done.result)
         tried: set[str] = set()
@@ -250,16 +291,46 @@ class Plan:
         *,
         ttl: float = DEFAULT_LEASE,
         command_id: str | None = None,
+        wait: float = 0.0,
     ) -> Lease:
         """Claim one named task; ``LeaseHeld`` if another agent holds an unexpired lease,
         ``NotFound`` if there is no such task, ``InvalidTransition`` if it is not ready.
 
         A task whose lease ran out on its last attempt is failed by this call (the same
         write ``claim_next`` makes on finding it), which then raises ``InvalidTransition``;
-        a retry with the same ``command_id`` raises it again and writes nothing."""
+        a retry with the same ``command_id`` raises it again and writes nothing.
+
+        ``wait`` (seconds): while the task is not added yet, waits for its dependencies
+        or is leased to another agent, wait for it, woken by the store; after ``wait``
+        the last refusal is raised. A finished task, or one ``agent`` holds already, is
+        refused at once."""
         keys.check_name(task_id, "task id")
         keys.check_name(agent, "agent")
         length = check_ttl(ttl)
+
+        async def once() -> Try[Lease | AgentroomsError]:
+            try:
+                return await self._claim(task_id, agent, length, command_id), True, None
+            except (NotFound, LeaseHeld, InvalidTransition) as exc:
+                if wait == 0:
+                    raise
+                try:
+                    task = await self.get(task_id)
+                except NotFound:
+                    await self._scope.read([])  # the room itself is missing: say so
+                    return exc, False, None
+                if task.status not in (PENDING, CLAIMED) or task.owner == agent:
+                    raise
+                return exc, False, task.lease_remaining
+
+        got = await self._scope.until(wait, once)
+        if isinstance(got, AgentroomsError):
+            raise got
+        return got
+
+    async def _claim(
+        self, task_id: str, agent: str, length: float, command_id: str | None
+    ) -> Lease:
         event = {"op": "claim", "task": task_id, "agent": agent, "ttl": length}
         result = await self._scope.commit(
             lambda view, _: t.claim(view, task_id, agent, length, named=True),

@@ -12,11 +12,13 @@ Without a policy of the room's own, room operations retry with :data:`ROOM_POLIC
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from agentrooms.commit import Change, CommitOptions, CommitResult, Transition, View, commit
-from agentrooms.errors import InvalidTransition, NotFound, VersionConflict
+from agentrooms.errors import BadRequest, InvalidTransition, NotFound, VersionConflict
 from agentrooms.metrics import Metrics, operator_metrics
 from agentrooms.retry import FullJitter, RetryPolicy
 from agentrooms.rooms import keys
@@ -34,6 +36,28 @@ from agentrooms.store.types import (
 from agentrooms.store.validation import check_limit
 
 E = TypeVar("E")
+T = TypeVar("T")
+
+MAX_WAIT = 86_400.0  # the longest the library lets one call wait (a surface bounds it lower)
+WAKE_SLACK = 0.05  # seconds past a predicted change (a lease's end) before looking again
+
+# One try of a waiting call: its answer, whether that answer is final (``True``: return
+# it at once), and in how many seconds something may change without an append (``None``:
+# only an append changes it).
+Try = tuple[T, bool, float | None]
+
+
+def check_wait(wait: object) -> float:
+    """``wait`` as seconds; ``BadRequest`` unless a number from 0 to :data:`MAX_WAIT`."""
+    if (
+        isinstance(wait, bool)
+        or not isinstance(wait, int | float)
+        or not math.isfinite(wait)
+        or not 0 <= wait <= MAX_WAIT
+    ):
+        raise BadRequest(f"wait must be between 0 and {MAX_WAIT:g} seconds, got {wait!r}")
+    return float(wait)
+
 
 # Room operations retry with a 2 ms backoff base, not the commit loop's default: their
 # re-read mostly settles a conflict (docs/why.md, "Backoff bases").
@@ -72,6 +96,28 @@ class Scope:
         if snap.get(keys.META) is None:
             raise self.missing()
         return snap
+
+    async def until(self, wait: float, once: Callable[[], Awaitable[Try[T]]]) -> T:
+        """Call ``once`` until its answer is final or ``wait`` seconds pass, then return
+        that answer (the last, non-final one after ``wait``). In between it sleeps on the
+        store's ``watch`` from the log's head read *before* each try, so no append made
+        after a try goes unseen: woken by any append to the room's log (from any store
+        handle), or when ``once`` said something changes without one. ``wait=0``: one
+        try, no extra read. ``BadRequest`` for a bad ``wait``; ``once``'s errors pass
+        through."""
+        wait = check_wait(wait)
+        if wait == 0:
+            return (await once())[0]
+        deadline = time.monotonic() + wait
+        while True:
+            head = await self.store.last_seq(self.room)
+            got, final, changes_in = await once()
+            left = deadline - time.monotonic()
+            if final or left <= 0:
+                return got
+            if changes_in is not None:
+                left = min(left, max(changes_in, 0.0) + WAKE_SLACK)
+            await self.store.watch(self.room, head, left)
 
     async def page(
         self,

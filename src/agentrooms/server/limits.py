@@ -47,6 +47,7 @@ class HttpLimits:
     max_stream_seconds: float = 300.0  # an event stream ends after this; clients resume
     keepalive_seconds: float = 15.0  # comment line on an idle event stream
     max_lock_wait: float = 30.0  # longest queue wait of one lock acquire request
+    max_wait: float = 30.0  # longest wait of one claim or read of new events (at most 30)
     max_header_bytes: int = 32 * 1024  # request line and headers together: 431 past it
     header_timeout: float = 10.0  # seconds to send the request line and headers: 408
     body_timeout: float = 30.0  # seconds to send the body once the headers are in: 408

@@ -20,10 +20,13 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 PARTITION = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"  # a document partition (a role)
 MAX_INT = 2**53 - 1  # exact in every JSON implementation
+MAX_WAIT = 30.0  # the longest one claim or read of new events waits (HTTP and MCP)
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 Seconds = Annotated[float, Field(gt=0, le=86_400)]
+WAIT_HELP = "seconds to wait for one, woken by the store (0: answer at once)"
+Wait = Annotated[float, Field(ge=0, le=MAX_WAIT, description=WAIT_HELP)]
 
 
 class In(BaseModel):
@@ -134,6 +137,7 @@ class TaskList(BaseModel):
 class ClaimIn(In):
     agent: Name | None = Field(default=None, description="must be the token's agent when given")
     ttl: Seconds = 60.0
+    wait: Wait = 0.0
 
 
 class LeaseOut(BaseModel):
@@ -159,7 +163,11 @@ class LeaseOut(BaseModel):
 
 
 class ClaimNextOut(BaseModel):
-    lease: LeaseOut | None = Field(description="null when no task is ready")
+    lease: LeaseOut | None = Field(description="null when no task is ready (after wait)")
+    finished: bool = Field(
+        default=False,
+        description="with a null lease: every task is done, failed or cancelled (stop)",
+    )
 
 
 class LeaseIn(In):

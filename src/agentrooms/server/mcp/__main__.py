@@ -21,6 +21,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     stdio.add_argument("--agent", required=True, help="the agent every call acts as")
     stdio.add_argument("--rooms", help="comma-separated rooms it may enter (default: all)")
     stdio.add_argument("--profile", default="full", help="tool set: full or worker")
+    stdio.add_argument("--role", help="the agent's role (its inbox, its writable partition)")
     http = sub.add_parser("http", help="serve streamable HTTP (stateless, bearer tokens)")
     http.add_argument("--store", required=True, help="store URL")
     http.add_argument("--host", default="127.0.0.1")
@@ -38,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.transport == "stdio":
         rooms = None if args.rooms is None else [r for r in args.rooms.split(",") if r]
-        run_stdio(args.store, args.agent, rooms=rooms, profile=args.profile)
+        run_stdio(args.store, args.agent, rooms=rooms, profile=args.profile, role=args.role)
         return 0
     limits = HttpLimits(rate=args.rate or None)
     try:

@@ -308,11 +308,13 @@ def build_mcp(
     limits: HttpLimits | None = None,
     rooms: list[str] | None = None,
     profile: str = "full",
+    role: str | None = None,
 ) -> AgentroomsMCP:
     """The MCP server over ``store`` (which the caller opens and closes).
 
-    With ``agent`` (stdio) every call acts as that agent, with every scope, in ``rooms``
-    (all rooms when ``None``). Without it (HTTP) every call acts as its request's bearer
+    With ``agent`` (stdio) every call acts as that agent, with every scope and ``role``
+    (what its inbox reads take as its role; its writable partition), in ``rooms`` (all
+    rooms when ``None``). Without it (HTTP) every call acts as its request's bearer
     token says, checked by :mod:`agentrooms.server.auth` with ``auth``; serve it with
     :class:`agentrooms.server.mcp.http.McpHttp`. ``profile``: the tool set offered
     (:data:`PROFILES`).
@@ -321,7 +323,9 @@ def build_mcp(
     if agent is not None:
         keys.check_name(agent, "agent")
         allowed = None if rooms is None else frozenset(keys.check_name(r, "room") for r in rooms)
-        principal = Principal(agent, allowed, SCOPES, None)
+        if role is not None:
+            keys.check_name(role, "role")
+        principal = Principal(agent, allowed, SCOPES, role)
     elif auth is None:
         raise ValueError("give the agent (stdio) or the auth config (HTTP)")
     return AgentroomsMCP(store, principal=principal, auth=auth, limits=limits, profile=profile)

@@ -17,13 +17,16 @@ async def run_stdio_async(
     rooms: list[str] | None = None,
     store_limits: Limits | None = None,
     profile: str = "full",
+    role: str | None = None,
 ) -> None:
-    """Open the store, serve MCP on stdio as ``agent`` until stdin closes, close it.
-    ``profile``: the tool set offered (``BadRequest`` for an unknown one)."""
+    """Open the store, serve MCP on stdio as ``agent`` (with ``role``, if given) until
+    stdin closes, close it. ``profile``: the tool set offered (``BadRequest`` for an
+    unknown one)."""
     check_profile(profile)
     store = await open_store(store_url, limits=store_limits)
     try:
-        await build_mcp(store, agent=agent, rooms=rooms, profile=profile).run_stdio_async()
+        server = build_mcp(store, agent=agent, rooms=rooms, profile=profile, role=role)
+        await server.run_stdio_async()
     finally:
         await store.close()
 
@@ -35,12 +38,13 @@ def run_stdio(
     rooms: list[str] | None = None,
     store_limits: Limits | None = None,
     profile: str = "full",
+    role: str | None = None,
 ) -> None:
     """:func:`run_stdio_async` in a fresh event loop (blocks until stdin closes)."""
 
     async def main() -> None:
         await run_stdio_async(
-            store_url, agent, rooms=rooms, store_limits=store_limits, profile=profile
+            store_url, agent, rooms=rooms, store_limits=store_limits, profile=profile, role=role
         )
 
     anyio.run(main)

@@ -28,6 +28,8 @@ from agentrooms.rooms import Room
 from agentrooms.server.deps import EventsRead, EventsWrite, IdempotencyKey, command_id, limits_of
 from agentrooms.server.models import (
     MAX_INT,
+    MAX_WAIT,
+    WAIT_HELP,
     AckIn,
     CursorOut,
     EventIn,
@@ -71,20 +73,25 @@ async def read_events(access: EventsRead, after: After = 0, limit: Limit = 100) 
 
 @router.post("/read-new", summary="Events after the caller's cursor", responses=errors(409, 410))
 async def read_new(
+    request: Request,
     access: EventsRead,
     ack: Literal["auto", "explicit"] = "auto",
     limit: Limit = 100,
     inbox: Annotated[
         bool, Query(description="only events addressed to the caller or its token's role")
     ] = False,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT, description=WAIT_HELP)] = 0.0,
 ) -> InboxList | EventList:
     """``inbox=true``: the caller's inbox, through its inbox cursor (the full cursor is
-    not moved), with ``scanned`` and ``more`` (``more``: read again at once)."""
+    not moved), with ``scanned`` and ``more`` (``more``: read again at once). ``wait``:
+    when none is new, answer as soon as one arrives, else with none after ``wait``."""
+    events_of = access.room.events
+    wait = min(wait, limits_of(request).max_wait)
     if inbox:
-        page = await access.room.events.read_inbox(access.agent, _roles(access), limit, ack=ack)
+        page = await events_of.read_inbox(access.agent, _roles(access), limit, ack=ack, wait=wait)
         found = [EventOut.of(e) for e in page.events]
         return InboxList(events=found, scanned=page.scanned, more=page.more)
-    events = await access.room.events.read_new(access.agent, limit, ack=ack)
+    events = await events_of.read_new(access.agent, limit, ack=ack, wait=wait)
     return EventList(events=[EventOut.of(e) for e in events])
 
 

@@ -81,6 +81,7 @@ async def add_tasks(
 
 @router.post("/claim-next", summary="Claim a ready task, if any", responses=COMMAND)
 async def claim_next(
+    request: Request,
     access: LeaseAcquire,
     body: Annotated[ClaimIn | None, Body()] = None,
     key: IdempotencyKey = None,
@@ -88,8 +89,12 @@ async def claim_next(
     body = body or ClaimIn()
     agent = act_as(access.principal, body.agent)
     cmd = command_id(access.principal, key)
-    lease = await access.room.plan.claim_next(agent, ttl=body.ttl, command_id=cmd)
-    return ClaimNextOut(lease=None if lease is None else LeaseOut.of(lease))
+    plan = access.room.plan
+    wait = min(body.wait, limits_of(request).max_wait)
+    lease = await plan.claim_next(agent, ttl=body.ttl, command_id=cmd, wait=wait)
+    if lease is None:
+        return ClaimNextOut(lease=None, finished=await plan.finished())
+    return ClaimNextOut(lease=LeaseOut.of(lease))
 
 
 @router.get("/{task}", summary="One task", responses={200: {"headers": ETAG}})
@@ -101,6 +106,7 @@ async def get_task(access: PlanRead, task: TaskPath, response: Response) -> Task
 
 @router.post("/{task}/claim", summary="Claim one named task", responses=COMMAND)
 async def claim(
+    request: Request,
     access: LeaseAcquire,
     task: TaskPath,
     body: Annotated[ClaimIn | None, Body()] = None,
@@ -108,9 +114,9 @@ async def claim(
 ) -> LeaseOut:
     body = body or ClaimIn()
     agent = act_as(access.principal, body.agent)
-    lease = await access.room.plan.claim(
-        task, agent, ttl=body.ttl, command_id=command_id(access.principal, key)
-    )
+    cmd = command_id(access.principal, key)
+    wait = min(body.wait, limits_of(request).max_wait)
+    lease = await access.room.plan.claim(task, agent, ttl=body.ttl, command_id=cmd, wait=wait)
     return LeaseOut.of(lease)
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
@@ -37,11 +36,9 @@ from agentrooms.server.mcp.hints import (
     ok_result,
     verbatim,
 )
-from agentrooms.server.models import DOC_PATTERN, MAX_INT, NAME_PATTERN
+from agentrooms.server.models import DOC_PATTERN, MAX_INT, MAX_WAIT, NAME_PATTERN
 from agentrooms.store.base import Store
 from agentrooms.store.types import Event
-
-T = TypeVar("T")
 
 __all__ = ["TaskIn", "ToolsBase"]
 
@@ -69,13 +66,10 @@ LockNameArg = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 LockToken = Annotated[str, Field(min_length=1, max_length=128, description="from acquire_lock")]
 LimitArg = Annotated[int, Field(ge=1, le=1000)]
 AfterArg = Annotated[str | None, Field(max_length=200, description="last page's next")]
-MAX_WAIT = 30.0  # the longest a claim_task or read_new_events call waits
-WAKE_SLACK = 0.05  # seconds past a lease's end before a waiting claim looks again
 WaitArg = Annotated[
     float,
     Field(ge=0, le=MAX_WAIT, description="seconds to wait for one"),
 ]
-TERMINAL = frozenset({"done", "failed", "cancelled"})
 Subject = Literal["task", "document", "lock", "events"]
 
 # MCP's defaults (readOnlyHint, destructiveHint and idempotentHint false) are left
@@ -298,26 +292,6 @@ class ToolsBase:
             expires_in = None if expires is None else expires - snap.now
             return hint_for(exc, expires_in=expires_in, yours=yours)
         return hint_for(exc)
-
-    async def _until(
-        self,
-        r: Room,
-        wait: float,
-        once: Callable[[], Awaitable[tuple[T | None, float | None]]],
-    ) -> T | None:
-        """Call ``once`` until it answers (not ``None``) or ``wait`` seconds pass, asleep
-        on the store's watch in between: woken by any append to the room's log, or when
-        ``once`` said something changes without one (its second value, in seconds)."""
-        deadline = time.monotonic() + wait
-        while True:
-            head = await r.store.last_seq(r.name)  # before trying: no append goes unseen
-            got, changes_in = await once()
-            left = deadline - time.monotonic()
-            if got is not None or left <= 0:
-                return got
-            if changes_in is not None:
-                left = min(left, max(changes_in, 0.0) + WAKE_SLACK)
-            await r.store.watch(r.name, head, left)
 
     def _lease(self, principal: Principal, r: Room, task_id: str, fence: int, ttl: float) -> Lease:
         return Lease(r.name, task_id, principal.agent, fence, 0.0, ttl)

@@ -24,7 +24,6 @@ from agentrooms.server.mcp.tools.base import (
     part_of,
 )
 from agentrooms.server.models import MAX_INT, NAME_PATTERN
-from agentrooms.store.types import Event
 
 Addressee = Annotated[str, Field(max_length=128)]  # a name: the library checks it
 
@@ -59,16 +58,12 @@ class EventTools(ToolsBase):
             ack: Literal["auto", "explicit"] = "explicit" if explicit else "auto"
             roles = [] if principal.role is None else [principal.role]
             more = False
-
-            async def once() -> tuple[list[Event] | None, float | None]:
-                nonlocal more
-                if not inbox:
-                    return (await r.events.read_new(agent, limit, ack=ack) or None), None
-                page = await r.events.read_inbox(agent, roles, limit, ack=ack)
-                more = page.more
-                return (page.events or None), (0.0 if page.more else None)
-
-            events = await self._until(r, wait, once)
+            wait_for = min(wait, self.limits.max_wait)
+            if inbox:
+                page = await r.events.read_inbox(agent, roles, limit, ack=ack, wait=wait_for)
+                events, more = page.events, page.more
+            else:
+                events = await r.events.read_new(agent, limit, ack=ack, wait=wait_for)
             if not events or explicit or inbox:
                 cursor = await r.events.cursor(agent, inbox=inbox)
                 if not events:

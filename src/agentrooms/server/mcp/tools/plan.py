@@ -11,9 +11,6 @@ from pydantic import Field, JsonValue
 
 from agentrooms.errors import (
     BadRequest,
-    InvalidTransition,
-    LeaseHeld,
-    NotFound,
 )
 from agentrooms.rooms import Lease, Room, Task, TaskSpec
 from agentrooms.server.access import command_id
@@ -22,7 +19,6 @@ from agentrooms.server.mcp.hints import (
     verbatim,
 )
 from agentrooms.server.mcp.tools.base import (
-    TERMINAL,
     AfterArg,
     Body,
     Budget,
@@ -176,13 +172,15 @@ class PlanTools(ToolsBase):
 
         async def body(principal: Principal, r: Room) -> Body:
             cmd = command_id(principal, request_id)
-
-            async def once() -> tuple[Lease | bool | None, float | None]:
-                return await self._claim_once(r, principal.agent, task_id, ttl, cmd, wait > 0)
-
-            got: Lease | bool | None = await self._until(r, wait, once)
-            if got is None or isinstance(got, bool):
-                finished = got is True
+            agent = principal.agent
+            wait_for = min(wait, self.limits.max_wait)
+            got = (
+                await r.plan.claim_next(agent, ttl=ttl, command_id=cmd, wait=wait_for)
+                if task_id is None
+                else await r.plan.claim(task_id, agent, ttl=ttl, command_id=cmd, wait=wait_for)
+            )
+            if got is None:
+                finished = await r.plan.finished()
                 hint = (
                     "every task is done, failed or cancelled: no work is left"
                     if finished
@@ -205,44 +203,6 @@ class PlanTools(ToolsBase):
             }
 
         return await self.run(ctx, room, "lease:acquire", body)
-
-    async def _claim_once(
-        self,
-        r: Room,
-        agent: str,
-        task_id: str | None,
-        ttl: float,
-        cmd: str | None,
-        waiting: bool,
-    ) -> tuple[Lease | bool | None, float | None]:
-        """One try at a claim: the lease; ``True`` when the plan is finished (it has tasks
-        and all are done, failed or cancelled); else ``None`` with the seconds until a
-        held lease ends (it may then be reclaimed without any event). Named and
-        ``waiting``, a task not added yet, pending or leased to another is ``None`` too."""
-        if task_id is not None:
-            try:
-                return await r.plan.claim(task_id, agent, ttl=ttl, command_id=cmd), None
-            except (NotFound, LeaseHeld, InvalidTransition):
-                if not waiting:
-                    raise
-                try:
-                    tasks = [await r.plan.get(task_id)]
-                except NotFound:
-                    await r.scope.read([])  # the room itself is missing: say so
-                    return None, None
-                if tasks[0].status in TERMINAL or (
-                    tasks[0].status == "claimed" and tasks[0].owner == agent
-                ):
-                    raise
-        else:
-            lease = await r.plan.claim_next(agent, ttl=ttl, command_id=cmd)
-            if lease is not None:
-                return lease, None
-            tasks = await r.plan.tasks()
-            if tasks and all(t.status in TERMINAL for t in tasks):
-                return True, None
-        ends = [t.lease_remaining for t in tasks if t.lease_remaining is not None]
-        return None, min(ends, default=None)
 
     def _lease(self, principal: Principal, r: Room, task_id: str, fence: int, ttl: float) -> Lease:
         return Lease(r.name, task_id, principal.agent, fence, 0.0, ttl)
