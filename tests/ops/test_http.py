@@ -303,3 +303,36 @@ async def test_change_streams_take_the_agents_stream_slots(store: Store, room: s
     with contextlib.suppress(asyncio.CancelledError):
         await holder
     assert refused.status_code == 429
+
+
+async def test_a_documents_writer_is_the_agent_of_its_version(store: Store, room: str) -> None:
+    r = await Rooms(store).create(room)
+    ann, bob = [bearer(await token(store, who, [room])) for who in ("ann", "bob")]
+    oncall = bearer(await token(store, "oncall", [room], ["ops:read"]))
+
+    async def shown(c: Any) -> tuple[str | None, str | None]:
+        read = (await c.get(f"/v1/rooms/{room}/docs/spec", headers=ann)).json()
+        page = (await c.get(f"/v1/ops/rooms/{room}", headers=oncall)).json()
+        (row,) = [d for d in page["documents"] if d["name"] == "spec"]
+        assert row["version"] == read["version"]
+        return read["writer"], row["last_writer"]
+
+    async with client(make_app(store, limits=HttpLimits(rate=None))) as c:
+        put = await c.put(
+            f"/v1/rooms/{room}/docs/spec",
+            json={"value": {"v": 1}},
+            headers={**ann, "If-None-Match": "*"},
+        )
+        assert put.status_code == 201 and put.json()["writer"] == "ann"
+        for i in range(100):  # others' events push the write out of any event window
+            await r.events.post("note", {"i": i}, author="chatter")
+        assert await shown(c) == ("ann", "ann")
+        again = await c.put(
+            f"/v1/rooms/{room}/docs/spec",
+            json={"value": {"v": 2}},
+            headers={**bob, "If-Match": put.headers["ETag"]},
+        )
+        assert again.status_code == 200 and again.json()["writer"] == "bob"
+        assert await shown(c) == ("bob", "bob")
+        listed = (await c.get(f"/v1/rooms/{room}/docs", headers=ann)).json()["documents"]
+        assert [(d["name"], d["writer"]) for d in listed] == [("spec", "bob")]
