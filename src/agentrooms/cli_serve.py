@@ -77,6 +77,7 @@ LIMIT_HELP: dict[str, str] = {
     "body_timeout": "Seconds to send a body once the headers are in (408)",
     "max_connections": "Requests served at once by this process (503 past it)",
     "max_streams_per_agent": "Open event streams, and MCP listen streams, per agent (429)",
+    "max_dashboard_streams": "Open dashboard (/ui) change streams per agent, apart (429)",
     "auth_failures": "Failed authentications per client address before 429",
     "auth_failure_rate": "Per second, refilling an address's failed-auth allowance",
 }

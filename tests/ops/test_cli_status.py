@@ -118,3 +118,26 @@ def test_status_watch_is_woken_by_another_process(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=10)  # and close its pipes
+
+
+def test_doc_json_and_status_json_name_the_documents_writer(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+
+    async def seed() -> None:
+        store = await open_store(url)
+        try:
+            room = await Rooms(store).create(ROOM)
+            await room.docs.put("spec", {"v": 1}, author="ann")
+            for i in range(100):
+                await room.events.post("note", {"i": i}, author="chatter")
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    got = runner.invoke(app, ["doc", "get", ROOM, "spec", "--url", url, "--json"])
+    assert got.exit_code == 0, got.output
+    assert json.loads(got.output)["writer"] == "ann"
+    status = runner.invoke(app, ["status", ROOM, "--url", url, "--json"])
+    assert status.exit_code == 0, status.output
+    (row,) = json.loads(status.output)["documents"]
+    assert (row["name"], row["last_writer"]) == ("spec", "ann")

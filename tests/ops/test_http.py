@@ -18,7 +18,7 @@ from agentrooms.server import SCOPES, HttpLimits
 from agentrooms.store import Store
 from tests import ops_scenario as s
 from tests.conftest import Backend
-from tests.server.support import bearer, client, make_app, token
+from tests.server.support import bearer, client, error_of, make_app, token
 
 STUCK_KINDS = {
     "expired_lease",
@@ -280,26 +280,84 @@ async def test_the_stream_wakes_within_a_second_of_another_handles_event(
     assert woke - at < 1.0
 
 
-async def test_change_streams_take_the_agents_stream_slots(store: Store, room: str) -> None:
+async def test_dashboard_streams_have_a_pool_apart_from_the_agents_streams(
+    store: Store, room: str
+) -> None:
     await Rooms(store).create(room)
-    auth = bearer(await token(store, "oncall", [room], ["ops:read"]))
-    limits = HttpLimits(rate=None, max_streams_per_agent=1, keepalive_seconds=0.05)
+    auth = bearer(await token(store, "oncall", [room]))  # one agent: its streams and /ui
+    limits = HttpLimits(
+        rate=None, max_streams_per_agent=8, max_dashboard_streams=2, keepalive_seconds=0.05
+    )
     app = make_app(store, limits=limits)
-    path = f"/v1/ops/rooms/{room}/stream"
-    opened = asyncio.Event()
+    held: list[asyncio.Task[list[tuple[float, bytes]]]] = []
 
-    async def hold() -> list[tuple[float, bytes]]:
+    async def hold(path: str) -> None:
+        opened = asyncio.Event()
+
         def seen(body: bytes) -> bool:
             opened.set()
             return b"refused" in body  # never: held until cancelled
 
-        return await _sse(app, path, auth, seen, timeout=30)
+        held.append(asyncio.create_task(_sse(app, path, auth, seen, timeout=60)))
+        await asyncio.wait_for(opened.wait(), 10)
 
-    holder = asyncio.create_task(hold())
-    await opened.wait()
-    async with client(app) as c:
-        refused = await c.get(path, headers=auth)
-    holder.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await holder
-    assert refused.status_code == 429
+    events, dashboard = f"/v1/rooms/{room}/events/stream", f"/v1/ops/rooms/{room}/stream"
+    try:
+        for _ in range(8):
+            await hold(events)  # the agent's own streams, all its slots
+        await hold(dashboard)  # dashboards still open beside them
+        await hold(dashboard)
+        async with client(app) as c:
+            ninth = await c.get(events, headers=auth)
+            third = await c.get(dashboard, headers=auth)
+            ticket = await c.post(f"{dashboard}-tickets", headers=auth)
+        assert ninth.status_code == 429 and "8 open event streams" in ninth.text
+        for refused in (third, ticket):
+            assert refused.status_code == 429, refused.text
+            error = error_of(refused)
+            assert error["type"] == "rate_limited" and "Retry-After" in refused.headers
+            assert "2 open dashboard streams" in error["message"]
+            assert "max_dashboard_streams" in error["message"]
+        held.pop().cancel()  # a tab closed: its slot is back
+        await asyncio.sleep(0.1)
+        async with client(app) as c:
+            assert (await c.post(f"{dashboard}-tickets", headers=auth)).status_code == 201
+    finally:
+        for task in held:
+            task.cancel()
+        for task in held:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_a_documents_writer_is_the_agent_of_its_version(store: Store, room: str) -> None:
+    r = await Rooms(store).create(room)
+    ann, bob = [bearer(await token(store, who, [room])) for who in ("ann", "bob")]
+    oncall = bearer(await token(store, "oncall", [room], ["ops:read"]))
+
+    async def shown(c: Any) -> tuple[str | None, str | None]:
+        read = (await c.get(f"/v1/rooms/{room}/docs/spec", headers=ann)).json()
+        page = (await c.get(f"/v1/ops/rooms/{room}", headers=oncall)).json()
+        (row,) = [d for d in page["documents"] if d["name"] == "spec"]
+        assert row["version"] == read["version"]
+        return read["writer"], row["last_writer"]
+
+    async with client(make_app(store, limits=HttpLimits(rate=None))) as c:
+        put = await c.put(
+            f"/v1/rooms/{room}/docs/spec",
+            json={"value": {"v": 1}},
+            headers={**ann, "If-None-Match": "*"},
+        )
+        assert put.status_code == 201 and put.json()["writer"] == "ann"
+        for i in range(100):  # others' events push the write out of any event window
+            await r.events.post("note", {"i": i}, author="chatter")
+        assert await shown(c) == ("ann", "ann")
+        again = await c.put(
+            f"/v1/rooms/{room}/docs/spec",
+            json={"value": {"v": 2}},
+            headers={**bob, "If-Match": put.headers["ETag"]},
+        )
+        assert again.status_code == 200 and again.json()["writer"] == "bob"
+        assert await shown(c) == ("bob", "bob")
+        listed = (await c.get(f"/v1/rooms/{room}/docs", headers=ann)).json()["documents"]
+        assert [(d["name"], d["writer"]) for d in listed] == [("spec", "bob")]

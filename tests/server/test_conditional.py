@@ -39,7 +39,12 @@ async def test_create_only_and_etags(store: Store, room: str) -> None:
         assert created.headers["ETag"] == f'"{version}"'
         read = await c.get(url, headers=auth)
         assert read.status_code == 200 and read.headers["ETag"] == f'"{version}"'
-        assert read.json() == {"name": "writer/plan", "value": {"v": 1}, "version": version}
+        assert read.json() == {
+            "name": "writer/plan",
+            "value": {"v": 1},
+            "version": version,
+            "writer": "alice",  # the token's agent, recorded with the version
+        }
         cached = await c.get(url, headers={**auth, "If-None-Match": f'"{version}"'})
         assert cached.status_code == 304 and cached.headers["ETag"] == f'"{version}"'
         before = await digest(store, [room])
@@ -72,6 +77,7 @@ async def test_stale_if_match_gets_412_with_the_current_representation(
             "name": "writer/plan",
             "value": "b",
             "version": int(v2.strip('"')),
+            "writer": "alice",
         }
         weak = await c.put(url, json={"value": "c"}, headers={**auth, "If-Match": f"W/{v2}"})
         assert weak.status_code == 412  # If-Match compares strongly

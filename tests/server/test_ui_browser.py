@@ -4,9 +4,12 @@ Debian's ``chromium`` is driven by Playwright (``executable_path``; Playwright's
 download is never used). The room is seeded with tests/ops_scenario.py, and every trouble
 it plants must be on the room page's first screen (1280x800: bounding boxes inside the
 viewport, nothing scrolled or clicked); an event posted by another process must show within
-a second. Without chromium the test skips on a laptop and fails in CI
-(``AGENTROOMS_REQUIRE_BACKENDS``). ``AGENTROOMS_SCREENSHOTS=DIR`` keeps the screenshots
-(docs/img/ holds the committed ones); otherwise they go to the test's temp dir.
+a second. A memory store is private to its process, so on ``memory://`` the server runs in
+the test's own process (uvicorn on a free port, over the very handle the room was seeded
+through); on every other backend it is a separate ``agentrooms serve``. Without chromium
+the test skips on a laptop and fails in CI (``AGENTROOMS_REQUIRE_BACKENDS``).
+``AGENTROOMS_SCREENSHOTS=DIR`` keeps the screenshots (docs/img/ holds the committed ones);
+otherwise they go to the test's temp dir.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +30,8 @@ import pytest
 
 from agentrooms.ops import Ops
 from agentrooms.rooms import Rooms
-from agentrooms.server import mint
+from agentrooms.server import AuthConfig, HttpLimits, mint
+from agentrooms.store import Store
 from tests.conftest import Backend, unavailable
 from tests.helpers import free_port
 from tests.ops_scenario import (
@@ -102,6 +106,55 @@ async def served(url: str, cwd: Path, dev: bool = False) -> AsyncIterator[str]:
         await asyncio.to_thread(proc.wait, 30)
 
 
+@asynccontextmanager
+async def served_here(
+    store: Store, dev: bool = False, limits: HttpLimits | None = None
+) -> AsyncIterator[str]:
+    """The app ``agentrooms serve`` runs (perimeter included), served by uvicorn in this
+    process over ``store`` itself, on a free port; yields its base URL."""
+    import uvicorn
+
+    from agentrooms.server.app import create_app
+    from agentrooms.server.perimeter import LOOPBACK_HOSTS, Perimeter
+
+    auth, limits = AuthConfig(dev=dev), limits or HttpLimits()
+    app = create_app(store, auth=auth, limits=limits)
+    guarded = Perimeter(
+        app, store=store, auth=auth, limits=limits, hosts=LOOPBACK_HOSTS if dev else None
+    )
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            guarded,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            ws="none",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and not task.done(), "no server"
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def serving(
+    backend: Backend, store: Store, cwd: Path, dev: bool = False
+) -> AbstractAsyncContextManager[str]:
+    """The store served: in this process for a memory store (:func:`served_here`), by
+    ``agentrooms serve`` otherwise (:func:`served`)."""
+    if backend.shared_across_processes:
+        return served(backend.url, cwd, dev)
+    return served_here(store, dev)
+
+
 def shots(tmp_path: Path) -> Path:
     out = Path(os.environ.get("AGENTROOMS_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
@@ -151,16 +204,17 @@ print(answer.json()["seq"])
 """
 
 
-async def flushed_contention(backend: Backend, room: str) -> None:
-    """Wait until another handle sees the seed's conflicts (flushed in the background)."""
-    other = await backend.open()
+async def flushed_contention(backend: Backend, store: Store, room: str) -> None:
+    """Wait until another handle sees the seed's conflicts (flushed in the background;
+    a memory store's own handle is the one it is served through)."""
+    other = await backend.open() if backend.shared_across_processes else store
     deadline = time.monotonic() + 10
     while not await Ops(other).contention(room):
         assert time.monotonic() < deadline, "the seed's contention was never flushed"
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"], indirect=True)
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "postgres"], indirect=True)
 async def test_2am_scenario_on_the_first_screen(
     backend: Backend, room: str, tmp_path: Path
 ) -> None:
@@ -169,9 +223,9 @@ async def test_2am_scenario_on_the_first_screen(
     seeded = await seed_2am(store, room)
     oncall = (await mint(store, "oncall", rooms=[room], scopes=["ops:read"])).token
     poster = (await mint(store, "poster", rooms=[room], scopes=["events:write"])).token
-    await flushed_contention(backend, room)
+    await flushed_contention(backend, store, room)
     out = shots(tmp_path)
-    async with served(backend.url, tmp_path) as base, chromium() as browser:
+    async with serving(backend, store, tmp_path) as base, chromium() as browser:
         page = await browser.new_page(viewport=VIEWPORT)
         failures: list[str] = []
         page.on("pageerror", lambda exc: failures.append(str(exc)))
@@ -259,8 +313,8 @@ async def test_a_token_without_ops_read_is_refused(
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_dev_mode_needs_no_token(backend: Backend, room: str, tmp_path: Path) -> None:
-    """On loopback with ``--dev`` the page asks for nothing and follows the stream
-    without a ticket; an event another process posts still shows within a second."""
+    """On loopback with ``--dev`` the page asks for nothing (its stream tickets are the
+    dev caller's); an event another process posts still shows within a second."""
     need_chromium()
     store = await backend.open()
     await seed_2am(store, room)
@@ -277,3 +331,28 @@ async def test_dev_mode_needs_no_token(backend: Backend, room: str, tmp_path: Pa
         row = page.locator(f'#event-rows tr[data-seq="{seq}"]')
         await row.wait_for(state="attached", timeout=LIVE_WITHIN * 1000)
         assert time.monotonic() - posted <= LIVE_WITHIN
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a_full_pool_of_dashboard_streams_is_shown_on_the_page(
+    backend: Backend, room: str
+) -> None:
+    """Past ``max_dashboard_streams`` a tab says why it is not live (the 429's message)
+    instead of reconnecting silently, and goes live once another tab closes."""
+    need_chromium()
+    store = await backend.open()
+    await Rooms(store).create(room)
+    oncall = (await mint(store, "oncall", rooms=[room], scopes=["ops:read"])).token
+    limits = HttpLimits(max_dashboard_streams=1)
+    async with served_here(store, limits=limits) as base, chromium() as browser:
+        first = await browser.new_page(viewport=VIEWPORT)
+        await log_in(first, base, f"/ui/rooms/{room}", oncall)
+        await first.locator("#status.live-on").wait_for(timeout=10_000)
+        second = await browser.new_page(viewport=VIEWPORT)
+        await log_in(second, base, f"/ui/rooms/{room}", oncall)
+        refused = second.locator('#status[data-state="refused"]')
+        await refused.wait_for(timeout=10_000)
+        text = await refused.inner_text()
+        assert "1 open dashboard streams" in text and "max_dashboard_streams" in text, text
+        await first.close()
+        await second.locator("#status.live-on").wait_for(timeout=20_000)

@@ -107,9 +107,10 @@ class Ops:
         first page, locks with their lines, presence, cursors, documents, effects, the
         designated writer's queues, contention and the newest events."""
         limits = thresholds or self.thresholds
-        parts, docs, writer, conflicts, latest = await asyncio.gather(
+        parts, docs, doc_writers, writer, conflicts, latest = await asyncio.gather(
             self._parts(room),
             self._all(room, "doc/"),
+            self._all(room, "docby/"),
             self._writer(room),
             self.contention(room),
             self.events(room, limit=EVENTS),
@@ -133,7 +134,7 @@ class Ops:
             locks=locks[:MAX_ROWS],
             presence=rows.presence_rows(parts.presence, now)[:MAX_ROWS],
             cursors=cursors[:MAX_ROWS],
-            documents=rows.doc_rows(docs, latest.events)[:MAX_ROWS],
+            documents=rows.doc_rows(docs, doc_writers)[:MAX_ROWS],
             effects=rows.effects_view(effects),
             writer=writer,
             contention=conflicts,

@@ -33,6 +33,7 @@ from agentrooms.ops.model import (
     Thresholds,
     Waiter,
 )
+from agentrooms.rooms.documents import writer_of
 from agentrooms.rooms.plan import CLAIMED, FAILED
 from agentrooms.store.types import Event, Record
 
@@ -196,17 +197,11 @@ def presence_rows(records: list[Record], now: float) -> list[PresenceRow]:
     return rows
 
 
-def doc_rows(records: list[Record], events: list[EventRow]) -> list[DocRow]:
-    """Documents by name; ``last_writer`` is the author of the newest ``doc.written``
-    event among ``events`` that names the document (``None`` if none does)."""
-    writers: dict[str, str | None] = {}
-    for event in events:  # newest first
-        data = event.data
-        if event.type == "doc.written" and isinstance(data, dict):
-            writers.setdefault(str(data.get("doc")), event.author)
-    return [
-        DocRow(r.key[len("doc/") :], r.version, writers.get(r.key[len("doc/") :])) for r in records
-    ]
+def doc_rows(records: list[Record], writers: list[Record]) -> list[DocRow]:
+    """Documents by name; ``last_writer`` is the writer each document's ``docby/`` record
+    names (written with its current version; ``None`` if none is recorded)."""
+    by = {r.key[len("docby/") :]: writer_of(r) for r in writers}
+    return [DocRow(r.key[len("doc/") :], r.version, by.get(r.key[len("doc/") :])) for r in records]
 
 
 def effect_row(value: Mapping[str, Any]) -> EffectRow:

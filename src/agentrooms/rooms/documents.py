@@ -4,10 +4,15 @@ A document is one record ``doc/<name>``; its version is the record's version, so
 read returns value and version together and a write names the version it was computed
 from (HTTP's ``If-Match``). Names may have one partition segment, ``<partition>/<name>``
 (partitioning by agent type: the HTTP surface lets a role write only its own partition).
+
+Every write also records its writer (the agent that wrote the current version) in
+``docby/<name>``, in the same transact as the value, so the writer read with a document is
+the one of that version however long ago it was written (see docs/why-ops.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 
@@ -24,6 +29,7 @@ from agentrooms.store.types import (
     FenceAtMost,
     Present,
     Put,
+    Record,
     VersionIs,
 )
 
@@ -46,9 +52,20 @@ def partition_of(name: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Document:
+    """A document's value and version; ``writer``: the agent that wrote that version
+    (``None`` when the write named no author)."""
+
     name: str
     value: JSON
     version: int
+    writer: str | None = None
+
+
+def writer_of(record: Record | None) -> str | None:
+    """The writer a ``docby/<name>`` record names (``None`` for none)."""
+    value = None if record is None else record.value
+    writer = value.get("writer") if isinstance(value, dict) else None
+    return writer if isinstance(writer, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,42 +77,68 @@ class DocumentPage:
     next_after: str | None
 
 
+async def _all(scope: Scope, prefix: str) -> list[Record]:
+    out: list[Record] = []
+    after: str | None = None
+    while True:
+        page = await scope.store.scan(scope.room, prefix, after, 1000)
+        out += page.records
+        if page.next_after is None:
+            return out
+        after = page.next_after
+
+
 class Documents:
     def __init__(self, scope: Scope) -> None:
         self._scope = scope
 
     async def get(self, name: str) -> Document:
-        key = keys.doc(check_doc_name(name))
-        record = (await self._scope.read([key])).get(key)
-        if record is None:
+        """The document with its writer (one read); ``NotFound`` if it or the room does
+        not exist."""
+        doc = await self.find(name)
+        if doc is None:
             raise NotFound(f"no document {name!r} in room {self._scope.room!r}")
-        return Document(name, record.value, record.version)
+        return doc
+
+    async def find(self, name: str) -> Document | None:
+        """The document with its writer (one read), ``None`` if absent; ``NotFound`` if
+        the room does not exist."""
+        key, by = keys.doc(check_doc_name(name)), keys.doc_writer(name)
+        snapshot = await self._scope.read([key, by])
+        record = snapshot.get(key)
+        if record is None:
+            return None
+        return Document(name, record.value, record.version, writer_of(snapshot.get(by)))
 
     async def list(self, partition: str | None = None) -> list[Document]:
-        """Documents by name (optionally one partition's)."""
+        """Documents by name (optionally one partition's), each with its writer (read by
+        a second scan: a write between the two may show the next version's writer)."""
         await self._scope.read([])
-        prefix = keys.doc("" if partition is None else f"{partition}/")
-        out: list[Document] = []
-        after: str | None = None
-        while True:
-            page = await self._scope.store.scan(self._scope.room, prefix, after, 1000)
-            out += [Document(r.key[len("doc/") :], r.value, r.version) for r in page.records]
-            if page.next_after is None:
-                return out
-            after = page.next_after
+        scoped = "" if partition is None else f"{partition}/"
+        docs, writers = await asyncio.gather(
+            _all(self._scope, keys.doc(scoped)), _all(self._scope, keys.doc_writer(scoped))
+        )
+        by = {r.key[len("docby/") :]: writer_of(r) for r in writers}
+        return [_document(r, by.get(r.key[len("doc/") :])) for r in docs]
 
     async def page(
         self, limit: int = 100, after: str | None = None, partition: str | None = None
     ) -> DocumentPage:
         """Up to ``limit`` documents by name after the name ``after`` (optionally one
-        partition's; one scan of the room). ``NotFound`` if the room does not exist,
-        ``BadRequest`` for a bad ``limit``."""
+        partition's; one scan of the room, then one read of their writers). ``NotFound``
+        if the room does not exist, ``BadRequest`` for a bad ``limit``."""
         scoped = "" if partition is None else f"{partition}/"
         if after is not None and not after.startswith(scoped):
             raise BadRequest(f"after {after!r} is not a document of partition {partition!r}")
         rel = None if after is None else after[len(scoped) :]
         records, _, next_after = await self._scope.page(keys.doc(scoped), limit, rel)
-        docs = [Document(r.key[len("doc/") :], r.value, r.version) for r in records]
+        by: dict[str, str | None] = {}
+        step = self._scope.store.limits.max_ops - 1  # the read adds the room's meta
+        for i in range(0, len(records), step):
+            wanted = [keys.doc_writer(r.key[len("doc/") :]) for r in records[i : i + step]]
+            snapshot = await self._scope.read(wanted)
+            by.update((k, writer_of(snapshot.get(k))) for k in wanted)
+        docs = [_document(r, by.get(keys.doc_writer(r.key[len("doc/") :]))) for r in records]
         return DocumentPage(docs, None if next_after is None else scoped + next_after)
 
     async def put(
@@ -119,8 +162,10 @@ class Documents:
         unconditional. Appends ``doc.written`` to the room's log unless ``event=False``.
         With ``command_id``, a repeated call returns the document as the first call wrote
         it (that version), whatever was written since, and writes nothing. ``author``: the
-        agent writing, the author of the event."""
-        key = keys.doc(check_doc_name(name))
+        agent writing, the author of the event and the document's recorded writer (written
+        in the same transact as the value)."""
+        key, by = keys.doc(check_doc_name(name)), keys.doc_writer(name)
+        writes = [Put(key, value), Put(by, {"writer": author})]
         if (if_match is not None) + create_only + must_exist > 1:
             raise BadRequest("if_match, create_only and must_exist exclude each other")
         compares: list[Compare] = []
@@ -134,8 +179,8 @@ class Documents:
             compares.append(fence)
         appends = [Append("doc.written", {"doc": name}, author)] if event else []
         if command_id is None:
-            done = await self._scope.transact(compares, [Put(key, value)], appends)
-            return Document(name, value, done.versions[key])
+            done = await self._scope.transact(compares, writes, appends)
+            return Document(name, value, done.versions[key], author)
 
         def write(view: View, _: JSON) -> Change:
             current = view.version(key)
@@ -146,7 +191,7 @@ class Documents:
             ):
                 raise VersionConflict({key: current})
             guard = [] if fence is None else [fence]
-            return Change(writes=[Put(key, value)], appends=appends, requires=guard)
+            return Change(writes=writes, appends=appends, requires=guard)
 
         request = {
             "op": "put",
@@ -158,7 +203,7 @@ class Documents:
             "fence": None if fence is None else [fence.key, fence.fence],
         }
         result = await self._scope.commit(write, request, [key], command_id=command_id)
-        return Document(name, value, result.versions[key])
+        return Document(name, value, result.versions[key], author)
 
     async def delete(
         self,
@@ -171,8 +216,9 @@ class Documents:
         """Delete the document: only at version ``if_match`` if given (``VersionConflict``
         naming the current one otherwise), or, with ``must_exist``, whatever its version.
         ``NotFound`` if a condition was given and it does not exist. ``author``: the agent
-        deleting, the author of the ``doc.deleted`` event."""
-        key = keys.doc(check_doc_name(name))
+        deleting, the author of the ``doc.deleted`` event. The recorded writer goes with
+        the document, in the same transact."""
+        key, by = keys.doc(check_doc_name(name)), keys.doc_writer(name)
         if if_match is not None and must_exist:
             raise BadRequest("if_match and must_exist exclude each other")
         compares: list[Compare] = [VersionIs(key, if_match)] if if_match is not None else []
@@ -180,9 +226,15 @@ class Documents:
             compares.append(Present(key))
         try:
             await self._scope.transact(
-                compares, [Delete(key)], [Append("doc.deleted", {"doc": name}, author)]
+                compares,
+                [Delete(key), Delete(by)],
+                [Append("doc.deleted", {"doc": name}, author)],
             )
         except VersionConflict as exc:
             if exc.conflicts.get(key, 0) is None:
                 raise NotFound(f"no document {name!r}") from exc
             raise
+
+
+def _document(record: Record, writer: str | None) -> Document:
+    return Document(record.key[len("doc/") :], record.value, record.version, writer)

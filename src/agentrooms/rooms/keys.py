@@ -17,6 +17,8 @@ set ``leased``         ids of claimed tasks, scanned for expired leases
 ``cursor/<agent>``     the agent's position in the room's event log
 ``presence/<agent>``   the agent's last heartbeat (expires with its TTL)
 ``doc/<name>``         a versioned document
+``docby/<name>``       ``{"writer": agent}``: who wrote the document's current version,
+                       written (and deleted) in the same transact as ``doc/<name>``
 ``paths/<id>``         a path reservation (patterns, mode, owner, fence, lapse time)
 ``pathx/<dir>*<id>``   one pattern of a reservation, indexed by its literal directory
                        prefix (``<dir>`` ends in ``/``; ``*`` never occurs in it)
@@ -89,6 +91,10 @@ def presence(agent: str) -> str:
 
 def doc(name: str) -> str:
     return f"doc/{name}"
+
+
+def doc_writer(name: str) -> str:
+    return f"docby/{name}"
 
 
 PATH_FENCE = "pathfence"

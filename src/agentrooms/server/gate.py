@@ -14,10 +14,12 @@ In order, each step answering with the error envelope and ending the request:
    caller otherwise (the page then answers ``401`` itself);
 4. the caller's token bucket: ``429`` with ``Retry-After``. A token seen before is charged
    *before* step 3 (its hash is kept in memory), so a limited caller costs no store read;
-   then an event stream (``GET .../events/stream``, or an operator's change stream
-   ``GET /v1/ops/rooms/<room>/stream``) past the agent's
-   ``max_streams_per_agent`` open streams: ``429``; the slot is held until the stream's
-   request ends;
+   then an event stream (``GET .../events/stream``) past the agent's
+   ``max_streams_per_agent`` open streams, or an operator's change stream
+   (``GET /v1/ops/rooms/<room>/stream``, the dashboard's) past its
+   ``max_dashboard_streams``, a pool apart: ``429``; the slot is held until the stream's
+   request ends. A stream ticket (``POST .../stream-tickets``) asked while that pool is
+   full is refused the same way, so the page learns why (an ``EventSource`` sees no status);
 5. the body, read chunk by chunk and counted: ``413`` at the first byte over the limit
    (chunked bodies and lying ``Content-Length`` headers alike), the rest left unread;
 6. a JSON body's shape (depth, strings, items; NaN, surrogates): ``400``.
@@ -68,6 +70,7 @@ _QUERY_TOKENS = frozenset({"token", "access_token"})
 _KNOWN_TOKENS = 10_000
 _STREAM = re.compile(r"/v1/rooms/[^/]+/events/stream|/v1/ops/rooms/[^/]+/stream")
 _OPS_STREAM = re.compile(r"/v1/ops/rooms/([^/]+)/stream")
+_TICKETS = re.compile(r"/v1/ops/rooms/[^/]+/stream-tickets")
 _PAGE = re.compile(r"/ui(/rooms/[^/]+)?")
 
 
@@ -87,6 +90,7 @@ class Gate:
         self.app, self.store, self.auth, self.limits = app, store, auth, limits
         self.limiter = None if limits.rate is None else RateLimiter(limits.rate, limits.burst)
         self.streams = StreamSlots(limits.max_streams_per_agent)
+        self.dashboards = StreamSlots(limits.max_dashboard_streams)  # operator streams
         # token id -> (secret hash, agent): lets step 4 run before the store read
         self._known: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
 
@@ -94,7 +98,7 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        stream_of: str | None = None  # the agent holding a stream slot for this request
+        stream_of: tuple[StreamSlots, str] | None = None  # the slot this request holds
         try:
             headers = Headers(scope=scope)
             if len(scope["path"]) > 1 and scope["path"].endswith("/"):
@@ -105,17 +109,19 @@ class Gate:
                 principal = await self._admit(scope, headers)
                 scope[PRINCIPAL] = principal
                 if scope["method"] == "GET" and _STREAM.fullmatch(scope["path"]):
-                    stream_of = self._open_stream(principal.agent)
+                    stream_of = self._open_stream(scope["path"], principal.agent)
+                elif scope["method"] == "POST" and _TICKETS.fullmatch(scope["path"]):
+                    self._check_dashboards(principal.agent)
             elif _PAGE.fullmatch(scope["path"]) and (self.auth.dev or "authorization" in headers):
                 scope[PRINCIPAL] = await self._admit(scope, headers)
             receive = await self._buffer(scope, headers, receive)
         except _Gone:
             if stream_of is not None:
-                self.streams.give(stream_of)
+                stream_of[0].give(stream_of[1])
             return
         except AgentroomsError as exc:
             if stream_of is not None:
-                self.streams.give(stream_of)
+                stream_of[0].give(stream_of[1])
             extra = {"Connection": "close"} if isinstance(exc, PayloadTooLarge) else {}
             await error_response(exc, headers=extra)(scope, receive, send)
             return
@@ -123,7 +129,7 @@ class Gate:
             await self.app(scope, receive, send)
         finally:
             if stream_of is not None:
-                self.streams.give(stream_of)
+                stream_of[0].give(stream_of[1])
 
     # -- steps -----------------------------------------------------------------------
 
@@ -174,14 +180,28 @@ class Gate:
             self._charge(principal.agent)
         return principal
 
-    def _open_stream(self, agent: str) -> str:
+    def _open_stream(self, path: str, agent: str) -> tuple[StreamSlots, str]:
+        """A slot of ``agent``'s pool for the stream at ``path`` (the operator's change
+        streams have their own); ``RateLimited`` when that pool is full."""
+        if _OPS_STREAM.fullmatch(path):
+            self._check_dashboards(agent)
+            self.dashboards.take(agent)
+            return self.dashboards, agent
         if not self.streams.take(agent):
             raise RateLimited(
                 1.0,
                 f"agent {agent!r} holds {self.streams.cap} open event streams, the most it "
                 "may; close one (or resume it) first",
             )
-        return agent
+        return self.streams, agent
+
+    def _check_dashboards(self, agent: str) -> None:
+        if self.dashboards.held(agent) >= self.dashboards.cap:
+            raise RateLimited(
+                5.0,
+                f"agent {agent!r} holds {self.dashboards.cap} open dashboard streams, the "
+                "most it may (max_dashboard_streams); close a dashboard tab first",
+            )
 
     def _charge(self, agent: str) -> None:
         if self.limiter is None:

@@ -7,6 +7,9 @@
 * tasks per batch: ``400``;
 * a token bucket per agent: ``429`` with ``Retry-After`` (counted as ``rate_limited``);
 * open event streams (SSE) and MCP listen streams per agent: ``429`` past the cap;
+* open operator change streams (the ``/ui`` dashboard's, ``ops:read``) per agent: a pool
+  of their own (``max_dashboard_streams``), so dashboards never take the slots of the
+  agent's own streams; ``429`` past it, for the stream and for its ticket;
 * waits the server does for a caller (lock queue, event stream) are clamped.
 
 All of it is plain code over plain values (the gate in :mod:`.gate` applies it). The
@@ -53,6 +56,7 @@ class HttpLimits:
     body_timeout: float = 30.0  # seconds to send the body once the headers are in: 408
     max_connections: int | None = 1000  # open connections of the process: 503 past it
     max_streams_per_agent: int = 8  # open SSE streams, and MCP listen streams, per agent
+    max_dashboard_streams: int = 16  # open operator change streams (/ui) per agent, apart
     auth_failures: int | None = 20  # failed authentications of an address at once (None: off)
     auth_failure_rate: float = 1.0  # per second, refilling that address's allowance
 
@@ -64,6 +68,7 @@ class HttpLimits:
             "max_items",
             "max_header_bytes",
             "max_streams_per_agent",
+            "max_dashboard_streams",
             "max_result_bytes",
         ):
             if getattr(self, name) < 1:

@@ -216,10 +216,13 @@ class DocOut(BaseModel):
     name: str
     value: JsonValue
     version: int
+    writer: str | None = Field(
+        default=None, description="the agent that wrote this version (null: no author named)"
+    )
 
     @classmethod
     def of(cls, doc: Document) -> DocOut:
-        return cls(name=doc.name, value=doc.value, version=doc.version)
+        return cls(name=doc.name, value=doc.value, version=doc.version, writer=doc.writer)
 
 
 class DocList(BaseModel):

@@ -185,9 +185,7 @@ def _fence(guard: Guard | None) -> FenceAtMost | None:
 
 async def _current(room: Room, name: str) -> Document | None:
     """The document now, ``None`` if absent (``NotFound`` only for a missing room)."""
-    key = room_keys.doc(name)
-    record = (await room.scope.read([key])).get(key)
-    return None if record is None else Document(name, record.value, record.version)
+    return await room.docs.find(name)
 
 
 async def _expect(room: Room, name: str, im: Tags | None, inm: Tags | None) -> Expect:

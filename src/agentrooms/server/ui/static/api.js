@@ -64,8 +64,11 @@ export const roomPath = (room) => `/v1/ops/rooms/${encodeURIComponent(room)}`;
 
 // Follow the room's stream: onChange(lastSeq) on each `change` event (and with null after
 // a reconnect, since changes may have been missed); onState("live" | "reconnecting" |
-// "offline"). With a token every connection opens with a fresh single-use ticket; a
-// dropped connection is never retried with a used one. Returns a function that stops.
+// "offline" | "refused", message). Every connection opens with a fresh single-use ticket
+// (also in dev mode: asking for it is where a full pool of dashboard streams answers 429
+// with its reason, which an EventSource never sees); a dropped connection is never
+// retried with a used one, and a refused one is retried slowly. Returns a function that
+// stops.
 export function follow(room, onChange, onState) {
   let source = null;
   let stopped = false;
@@ -73,26 +76,28 @@ export function follow(room, onChange, onState) {
   let timer = null;
   let opened = false;
 
-  const retry = () => {
+  const retry = (state = "reconnecting", message = "") => {
     if (stopped) return;
-    onState("reconnecting");
-    timer = setTimeout(connect, delay);
+    onState(state, message);
+    timer = setTimeout(connect, state === "refused" ? 8000 : delay);
     delay = Math.min(delay * 2, 8000);
   };
 
   async function connect() {
-    let url = `${roomPath(room)}/stream`;
-    if (token()) {
-      try {
-        url = (await post(`${roomPath(room)}/stream-tickets`)).url;
-      } catch (err) {
-        if (err instanceof ApiError && err.status < 500 && err.status !== 429) {
-          onState("offline");
-          return;
-        }
-        retry();
+    let url;
+    try {
+      url = (await post(`${roomPath(room)}/stream-tickets`)).url;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 429) {
+        retry("refused", err.message);
         return;
       }
+      if (err instanceof ApiError && err.status < 500) {
+        onState("offline", err.message);
+        return;
+      }
+      retry();
+      return;
     }
     if (stopped) return;
     source = new EventSource(url);

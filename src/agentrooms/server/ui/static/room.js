@@ -382,8 +382,9 @@ export function showRoom(main, room, trouble) {
 
   const onChange = debounce(refresh, DEBOUNCE_MS);
   refresh();
-  return follow(room, onChange, (state) => {
-    status.textContent = state === "live" ? "● live" : state;
+  return follow(room, onChange, (state, message) => {
+    status.textContent = state === "live" ? "● live" : state === "refused" ? `not live: ${message}` : state;
     status.className = state === "live" ? "live-on" : "live-off";
+    status.dataset.state = state;
   });
 }
