@@ -35,7 +35,8 @@ async def test_dev_mode_administers_tokens_and_pages_them(store: Store) -> None:
             seen += [t.id for t in page]
             if after is None:
                 break
-        assert sorted(seen) == sorted([m.info.id for m in made] + [boss.info.id])
+        assert len(seen) == len(set(seen)) >= 4  # each token once, one per page
+        assert {m.info.id for m in made} | {boss.info.id} <= set(seen)
         assert made[0].info.expires_at - now <= 60
         assert (await server_info(dev))["token"] is None
         with pytest.raises(BadRequest):
