@@ -8,6 +8,7 @@ any route runs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -430,16 +431,7 @@ class TokenOut(BaseModel):
 
     @classmethod
     def of(cls, info: TokenInfo) -> TokenOut:
-        return cls(
-            id=info.id,
-            agent=info.agent,
-            rooms=info.rooms,
-            scopes=info.scopes,
-            role=info.role,
-            created_at=info.created_at,
-            expires_at=info.expires_at,
-            revoked_at=info.revoked_at,
-        )
+        return cls(**dataclasses.asdict(info))
 
 
 class Minted(BaseModel):
