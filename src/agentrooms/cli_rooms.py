@@ -347,17 +347,31 @@ def tokens_mint(
     ),
     role: Annotated[str | None, typer.Option(help="Role owning a document partition")] = None,
     ttl: Annotated[float, typer.Option(help="Lifetime in seconds")] = 30 * 86_400.0,
+    server: ServerOption = None,
 ) -> None:
-    """Mint a bearer token; it is printed once and stored only hashed."""
+    """Mint a bearer token; it is printed once and stored only hashed. With ``--server``
+    the token in $AGENTROOMS_TOKEN needs ``tokens:admin`` and may mint nothing beyond
+    its own rooms, scopes, role and expiry (``forbidden``, exit 2, naming what exceeds)."""
     from agentrooms.server import mint
 
     room_list: list[str] | str = "*" if rooms.strip() == "*" else rooms.split(",")
-    minted = _run(
-        url,
-        lambda store: mint(
-            store, agent, rooms=room_list, scopes=scopes.split(","), role=role, ttl=ttl
-        ),
-    )
+    scope_list = scopes.split(",")
+    if server is not None:
+        from agentrooms.client.tokens import Tokens
+
+        minted = _remote(
+            server,
+            lambda client: Tokens(client).mint(
+                agent, rooms=room_list, scopes=scope_list, role=role, ttl=ttl
+            ),
+        )
+    else:
+        minted = _run(
+            url,
+            lambda store: mint(
+                store, agent, rooms=room_list, scopes=scope_list, role=role, ttl=ttl
+            ),
+        )
     say(f"token id {minted.info.id} for agent ", agent, " (shown once):")
     print(minted.token)
 
@@ -366,20 +380,31 @@ def tokens_mint(
 def tokens_revoke(
     token: Annotated[str, typer.Argument(help="Token id or the token itself")],
     url: UrlOption = DEFAULT_URL,
+    server: ServerOption = None,
 ) -> None:
-    """Revoke a token; ``not_found`` (exit 4) if there is no such live token."""
+    """Revoke a token; ``not_found`` (exit 4) if there is no such live token (with
+    ``--server``: none within the reach of the token in $AGENTROOMS_TOKEN)."""
     from agentrooms.server import revoke
 
-    if not _run(url, lambda store: revoke(store, token)):
+    if server is not None:
+        from agentrooms.client.tokens import Tokens
+
+        done = _remote(server, lambda client: Tokens(client).revoke(token))
+    else:
+        done = _run(url, lambda store: revoke(store, token))
+    if not done:
         fail("not_found", "no such token, or already revoked", EXIT_NOT_FOUND)
     say("revoked")
 
 
 @tokens_app.command("list")
-def tokens_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def tokens_list(
+    url: UrlOption = DEFAULT_URL, as_json: JsonOption = False, server: ServerOption = None
+) -> None:
     """List tokens (never their secrets): per token a line with its full id and expiry
     ("expires in 3 h", "expired 2 d ago", "revoked ... ago, ..."), then its agent, rooms,
-    role and scopes, wrapped to the terminal and never cut.
+    role and scopes, wrapped to the terminal and never cut. With ``--server``: the tokens
+    within the reach of the token in $AGENTROOMS_TOKEN (which needs ``tokens:admin``).
 
     ``--json``: ``{"now", "tokens": [...]}``, each token's id, agent, rooms, scopes, role,
     created_at, expires_at and revoked_at (store clock)."""
@@ -388,12 +413,18 @@ def tokens_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> No
     async def work(store: Store) -> tuple[list[Any], float]:
         return await list_tokens(store), (await store.read("_auth", [])).now
 
-    tokens, now = _run(url, work)
+    if server is not None:
+        from agentrooms.client.tokens import Tokens
+
+        tokens, now = _remote(server, lambda client: Tokens(client).list())
+    else:
+        tokens, now = _run(url, work)
     if as_json:
         emit_json({"now": now, "tokens": tokens})
         return
     if not tokens:
-        say("no tokens in the store ", shown_url(url))
+        where = f"on the server {shown_url(server)}" if server else f"in the store {shown_url(url)}"
+        say("no tokens ", where)
         return
     # a heading line and indented details per token: whole at 80 columns, ids never cut
     for t in tokens:

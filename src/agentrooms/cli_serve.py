@@ -20,11 +20,14 @@ from agentrooms.cli_common import (
     EXIT_USAGE,
     JsonOption,
     RoomArg,
+    ServerOption,
     UrlOption,
     _need_extra,
     _prepare,
+    _remote,
     _report,
     _run,
+    _when,
     console,
     emit_json,
     err_console,
@@ -205,11 +208,18 @@ def mcp(
         raise typer.Exit(_report(exc, url)) from exc
 
 
-def doctor(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def doctor(
+    url: UrlOption = DEFAULT_URL, as_json: JsonOption = False, server: ServerOption = None
+) -> None:
     """Check the store connection and its durability settings, and say what is unsafe.
 
     ``--json``: ``{"backend", "url", "durability", "warnings", "details", "now"}``; the
-    exit code is the same (1 when there are warnings)."""
+    exit code is the same (1 when there are warnings). With ``--server``: the server's
+    ``/healthz``, version, store backend and durability (never its URL), limits, and the
+    token in $AGENTROOMS_TOKEN (works? which scopes?); ``--json``: ``{"server",
+    "healthz", "version", "now", "store", "limits", "token", "agent", "scopes"}``."""
+    if server is not None:
+        raise typer.Exit(_doctor_remote(server, as_json))
 
     async def work(store: Store) -> int:
         info = await store.info()
@@ -234,6 +244,40 @@ def doctor(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
         return EXIT_FINDING if info.warnings else EXIT_OK
 
     raise typer.Exit(_run(url, work))
+
+
+def _doctor_remote(server: str, as_json: bool) -> int:
+    """``doctor --server``: print what the server says about itself; the exit code is
+    1 when its store has unsafe settings (a token that does not work exits as its
+    error's family, 2)."""
+    from agentrooms.client.tokens import server_info
+
+    found = {"server": shown_url(server), **_remote(server, server_info)}
+    warnings = found["store"]["warnings"]
+    if as_json:
+        emit_json(found)
+        return EXIT_FINDING if warnings else EXIT_OK
+    token = found["token"]
+    table = Table(show_header=False, box=None)
+    table.add_row("server", literal(found["server"]))
+    table.add_row("healthz", literal(found["healthz"]))
+    table.add_row("version", literal(found["version"]))
+    table.add_row("backend", literal(found["store"]["backend"]))
+    table.add_row("durability", literal(found["store"]["durability"]))
+    table.add_row("store clock", f"{found['now']:.3f}")
+    if token is None:
+        table.add_row("token", "none sent: the server is in dev mode")
+    else:
+        expiry = _when(token["expires_at"], found["now"])
+        table.add_row("token", literal(f"{token['id']} works, expires {expiry}"))
+    table.add_row("agent", literal(found["agent"]))
+    table.add_row("scopes", literal(" ".join(found["scopes"])))
+    for name, value in found["limits"].items():
+        table.add_row(f"limit {name}", literal("off" if value is None else value))
+    console.print(table)
+    for warning in warnings:
+        say(literal("warning:", "yellow"), " ", warning)
+    return EXIT_FINDING if warnings else EXIT_OK
 
 
 # ------------------------------------------------------------------------- migrating

@@ -34,7 +34,7 @@ from agentrooms.server.gate import Gate
 from agentrooms.server.limits import HttpLimits
 from agentrooms.server.models import Status
 from agentrooms.server.observe import Observe, Templates
-from agentrooms.server.routes import docs, events, locks, paths, presence, rooms, tasks
+from agentrooms.server.routes import docs, events, locks, paths, presence, rooms, tasks, tokens
 from agentrooms.server.routes import errors as error_responses
 from agentrooms.server.routes import ops as operator
 from agentrooms.store.base import Store
@@ -70,7 +70,7 @@ def create_app(store: Store, *, auth: AuthConfig, limits: HttpLimits) -> FastAPI
     app.state.auth = auth
     default_metrics()  # register the commit loop's counters with the default registry
     install_handlers(app)
-    for module in (rooms, tasks, docs, events, presence, locks, paths, operator):
+    for module in (rooms, tasks, docs, events, presence, locks, paths, operator, tokens):
         app.include_router(module.router, prefix="/v1")
     app.include_router(ui.tickets, prefix="/v1")
     app.include_router(ui.pages)

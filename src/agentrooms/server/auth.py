@@ -13,7 +13,8 @@ A token binds:
 * an **agent**: the only agent its requests act as (a body naming another gets 403);
 * the **rooms** it may enter, a list or ``"*"``; any other room answers exactly as an
   absent one (404, same body), so a token cannot probe which rooms exist;
-* **scopes** (:data:`SCOPES`); ``admin`` implies every other;
+* **scopes** (:data:`SCOPES`); ``admin`` implies every other but ``tokens:admin``, the
+  administration of tokens themselves (:mod:`.token_admin`);
 * a **role** that owns one document partition of each room: a token with role ``R`` and
   ``docs:write`` writes documents ``R/<name>``. Other partitions, and unpartitioned
   documents (shared by the whole room), are written only with ``admin``. Every token with
@@ -79,6 +80,7 @@ SCOPES = frozenset(
         "presence:write",
         "locks:write",
         "ops:read",
+        "tokens:admin",
         ADMIN,
     }
 )
@@ -113,12 +115,14 @@ class Principal:
     scopes: frozenset[str]
     role: str | None
     token_id: str | None = None  # None in dev mode
+    expires_at: float | None = None  # store clock; None in dev mode
 
     def may_enter(self, room: str) -> bool:
         return self.rooms is None or room in self.rooms
 
     def has(self, scope: str) -> bool:
-        return scope in self.scopes or ADMIN in self.scopes
+        """Whether the token holds ``scope``: ``admin`` implies all but ``tokens:admin``."""
+        return scope in self.scopes or (ADMIN in self.scopes and scope != "tokens:admin")
 
     def may_write_doc(self, name: str) -> bool:
         """The partition rule: own role's partition, everything else only with admin."""
@@ -175,7 +179,8 @@ class TokenInfo:
 
     def principal(self) -> Principal:
         rooms = None if self.rooms == ALL_ROOMS else frozenset(self.rooms)
-        return Principal(self.agent, rooms, frozenset(self.scopes), self.role, self.id)
+        scopes = frozenset(self.scopes)
+        return Principal(self.agent, rooms, scopes, self.role, self.id, self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,15 @@ any route runs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agentrooms.rooms import Document, Lease, LockInfo, Member, RoomInfo, Task
 from agentrooms.rooms.locks import WaiterInfo
-from agentrooms.store.types import Event
+from agentrooms.server.auth import TokenInfo
+from agentrooms.store.types import MAX_TTL, Event
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -415,6 +417,61 @@ class LockState(BaseModel):
 
 class Status(BaseModel):
     status: str
+
+
+# ---------------------------------------------------------------------------- tokens
+
+
+class TokenMint(In):
+    agent: Name
+    rooms: list[Name] | Literal["*"] = Field(max_length=1000)
+    scopes: list[str] = Field(max_length=64)
+    role: str | None = Field(default=None, pattern=PARTITION)
+    ttl: float = Field(default=30 * 86_400.0, gt=0, le=MAX_TTL)
+
+
+class TokenOut(BaseModel):
+    id: str
+    agent: str
+    rooms: list[str] | Literal["*"]
+    scopes: list[str]
+    role: str | None
+    created_at: float
+    expires_at: float
+    revoked_at: float | None = None
+
+    @classmethod
+    def of(cls, info: TokenInfo) -> TokenOut:
+        return cls(**dataclasses.asdict(info))
+
+
+class Minted(BaseModel):
+    token: str = Field(description="ar_<id>_<secret>: shown this once, stored only hashed")
+    info: TokenOut
+
+
+class TokenList(BaseModel):
+    now: float = Field(description="the store's clock, to judge expiries by")
+    tokens: list[TokenOut]
+    next_after: str | None = None  # pass as ?after= for the next page; null at the end
+
+
+class StoreOut(BaseModel):
+    backend: str = Field(description="memory, sqlite, redis, redis-cluster or postgres")
+    durability: str
+    warnings: list[str] = Field(description="settings that can lose acknowledged writes")
+
+
+class ServerOut(BaseModel):
+    """``GET /v1/server``: what ``agentrooms doctor --server`` shows (no credentials)."""
+
+    version: str
+    now: float = Field(description="the store's clock")
+    store: StoreOut
+    limits: dict[str, float | int | None] = Field(description="the server's limits; null: off")
+    token: TokenOut | None = Field(description="the caller's token; null in dev mode")
+    agent: str
+    scopes: list[str]
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
