@@ -4,7 +4,8 @@
     python3 dev.py serve --dev the HTTP API + MCP on the embedded SQLite store, no tokens
     python3 dev.py demo        two agents race one compare-and-set on the embedded store
     python3 dev.py cli ARGS    the agentrooms command line (rooms, plan show, tail, tokens...)
-    python3 dev.py test [ARGS] the whole test suite (extra ARGS go to pytest)
+    python3 dev.py test [ARGS] the whole test suite in two worker processes (extra ARGS go
+                               to pytest; naming a test file or folder runs it in one)
     python3 dev.py check       ruff and mypy --strict
     python3 dev.py bench NAME  benchmarks/bench_NAME.py (extra ARGS go to it)
     python3 dev.py run CMD...  any command inside the project environment
@@ -75,6 +76,15 @@ def become(*cmd: str) -> int:
     return run(*cmd)  # elsewhere exec starts a new process: wait for it instead
 
 
+def _workers(args: list[str]) -> list[str]:
+    """pytest-xdist's options for a run of the whole suite: two worker processes, each
+    with its own stores (the suite isolates every process's databases and key prefixes),
+    handed tests as they free up. None when ``args`` name tests or choose workers."""
+    named = any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in args)
+    chosen = any(a.startswith(("-n", "--numprocesses", "-p")) for a in args)
+    return [] if named or chosen else ["-n", "2", "--dist", "worksteal"]
+
+
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 (dev.py may be run by an older python3)
         print("agentrooms needs Python 3.11 or newer", file=sys.stderr)
@@ -90,7 +100,7 @@ def main(argv: list[str]) -> int:
     if command == "cli":
         return become(py, "-m", "agentrooms", *args)
     if command == "test":
-        return become(py, "-m", "pytest", *args)
+        return become(py, "-m", "pytest", *_workers(args), *args)
     if command == "check":
         return (
             run(py, "-m", "ruff", "check", ".")

@@ -528,7 +528,9 @@ async def test_requeue_of_a_stale_grant(store: Store, room: Room) -> None:
         await room.locks.requeue(a, writes=[Put("report", "late A")], timeout=5)
     assert (await store.read(room.name, ["report"])).get("report") is None
     assert (await store.scan(room.name, "lockq/")).records == []
-    a_again = asyncio.create_task(room.locks.requeue(a, timeout=20))
+    # queued again with a longer ttl than the stale grant's (the grant it gets in turn
+    # has the ttl it queued with, and must still be held when it is released below)
+    a_again = asyncio.create_task(room.locks.requeue(dataclasses.replace(a, ttl=30), timeout=20))
     await in_line(store, room.name, 1)
     assert await room.locks.release(b)
     a2 = await handed(a_again, "A", b.fence + 1)
