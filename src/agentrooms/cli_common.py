@@ -203,14 +203,6 @@ WaitOption = Annotated[
 ]
 
 
-def _local_wait(wait: float, server: str | None) -> float:
-    """``wait`` on a store; through a server a ``--wait`` is refused (the HTTP client
-    does not pass it yet), with ``EXIT_USAGE``."""
-    if wait > 0 and server is not None:
-        fail("bad_request", "--wait works on a store (--url), not yet through --server", EXIT_USAGE)
-    return wait
-
-
 def _prepare(url: str) -> None:
     """Check a SQLite URL and make its file's folder; a URL that is wrong exits with
     ``EXIT_USAGE`` and a folder that cannot be made or written ``EXIT_UNAVAILABLE``,

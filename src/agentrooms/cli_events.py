@@ -21,7 +21,6 @@ from agentrooms.cli_common import (
     WaitOption,
     _in_room,
     _list_in_room,
-    _local_wait,
     emit_json,
     fail,
     literal,
@@ -139,7 +138,6 @@ def events_read(
     ``scanned`` and ``more`` for ``--inbox`` (``more``: read again)."""
     ack: Ack = "explicit" if explicit else "auto"
     who = _agent(agent, server)
-    wait = _local_wait(wait, server)
     if role and server is not None:
         fail("bad_request", "through a server the role is the token's: drop --role", EXIT_USAGE)
 
@@ -152,8 +150,8 @@ def events_read(
             page = await handle.events.read_inbox(who, role or [], limit, ack=ack, wait=wait)
         else:
             if not inbox:
-                return {"events": await handle.events.read_new(who, limit, ack=ack)}
-            page = await handle.events.read_inbox(who, limit, ack=ack)
+                return {"events": await handle.events.read_new(who, limit, ack=ack, wait=wait)}
+            page = await handle.events.read_inbox(who, limit, ack=ack, wait=wait)
         return {"events": page.events, "scanned": page.scanned, "more": page.more}
 
     out = _in_room(url, server, room, work)

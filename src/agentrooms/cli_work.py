@@ -25,7 +25,6 @@ from agentrooms.cli_common import (
     WaitOption,
     _in_room,
     _list_in_room,
-    _local_wait,
     emit_json,
     fail,
     literal,
@@ -112,7 +111,6 @@ def task_claim(
     ``--json``: ``{"lease": {...}}`` (``null`` when no task is ready). ``--wait S``: wait
     up to S seconds for one (a named task: for it to be claimable)."""
     who = _agent(agent, server)
-    wait = _local_wait(wait, server)
 
     async def work(handle: Room | RemoteRoom) -> Lease | None:
         if isinstance(handle, Room):
@@ -121,8 +119,8 @@ def task_claim(
                 return await handle.plan.claim_next(who, ttl=ttl, wait=wait)
             return await handle.plan.claim(task, who, ttl=ttl, wait=wait)
         if task is None:
-            return await handle.plan.claim_next(who, ttl=ttl)
-        return await handle.plan.claim(task, who, ttl=ttl)
+            return await handle.plan.claim_next(who, ttl=ttl, wait=wait)
+        return await handle.plan.claim(task, who, ttl=ttl, wait=wait)
 
     lease = _in_room(url, server, room, work)
     if as_json:

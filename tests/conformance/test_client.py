@@ -7,6 +7,7 @@ whose response was lost applies once (the fault proxy between client and server)
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,12 @@ from tests.mcp.support import serving
 
 RoomLike = Room | ClientRoom
 SURFACES = ("library", "client")
+WOKEN = 5.0  # a wake-up (or an answer at once) told from sleeping out a 10 s wait
+
+
+async def _later(seconds: float, action: Awaitable[object]) -> None:
+    await asyncio.sleep(seconds)
+    await action
 
 
 @dataclass
@@ -139,6 +146,28 @@ async def test_keep_alive_renews_and_cancel_makes_the_holder_stale(api: Api) -> 
             await asyncio.sleep(5)  # cancelled when the renewal is refused
 
 
+async def test_claim_next_waits_for_a_task_and_tells_finished(api: Api) -> None:
+    """One waiting claim gets the task another agent adds; after ``wait`` with none
+    ready it answers ``None`` (the plan not finished), and at once once it is."""
+    worker, lead = await api.as_agent("worker"), await api.as_agent("lead")
+    start = time.monotonic()
+    adding = asyncio.create_task(_later(0.3, lead.plan.add([TaskSpec("t1")])))
+    lease = await worker.plan.claim_next("worker", ttl=30, wait=10)
+    took = time.monotonic() - start
+    await adding
+    assert lease is not None and lease.task_id == "t1"
+    assert 0.25 <= took < WOKEN, took
+    start = time.monotonic()
+    assert await worker.plan.claim_next("worker", wait=0.5) is None  # t1 is held
+    assert 0.45 <= time.monotonic() - start < WOKEN
+    assert await worker.plan.finished() is False
+    await worker.plan.complete(lease, "ok")
+    start = time.monotonic()
+    assert await worker.plan.claim_next("worker", wait=10) is None
+    assert time.monotonic() - start < WOKEN
+    assert await worker.plan.finished() is True
+
+
 # ------------------------------------------------------------------------- documents
 
 
@@ -220,6 +249,23 @@ async def test_subscribe_yields_new_events_as_they_arrive(api: Api, ack: str) ->
     await asyncio.wait_for(follower, 10)
     assert got == ["room.created", "before", "one", "two"]
     assert await reader.events.cursor("sub") == await api.store.last_seq(api.name)
+
+
+async def test_read_new_waits_for_an_event(api: Api) -> None:
+    """One waiting read gets the event another agent posts, and answers empty after
+    ``wait`` when none comes."""
+    reader, poster = await api.as_agent("reader"), await api.as_agent("poster")
+    assert [e.type for e in await reader.events.read_new("reader")] == ["room.created"]
+    start = time.monotonic()
+    posting = asyncio.create_task(_later(0.3, poster.events.post("note", {"n": 1})))
+    got = await reader.events.read_new("reader", wait=10)
+    took = time.monotonic() - start
+    await posting
+    assert [(e.type, e.data) for e in got] == [("note", {"n": 1})]
+    assert 0.25 <= took < WOKEN, took
+    start = time.monotonic()
+    assert await reader.events.read_new("reader", wait=0.5) == []
+    assert 0.45 <= time.monotonic() - start < WOKEN
 
 
 # ----------------------------------------------------------------------------- locks

@@ -145,6 +145,16 @@ def test_a_room_worked_from_the_command_line(served: Served, where: str) -> None
     code, out, err = run("status", room, *at, token=token)
     assert code == 0, err
     assert room in out and "spec" not in err
+    # --wait: with nothing new, a read answers empty after about the wait, either way
+    ok("events", "read", room, "--limit", "1000", *me, *at, token=token)
+    start = time.monotonic()
+    assert ok("events", "read", room, "--wait", "0.5", *me, *at, token=token)["events"] == []
+    assert time.monotonic() - start >= 0.45
+    start = time.monotonic()  # and a claim gets nothing when the one ready task is held
+    lease = ok("task", "claim", room, *me, *at, token=token)["lease"]
+    assert lease["task_id"] == "b"
+    assert ok("task", "claim", room, "--wait", "0.5", *me, *at, token=token) == {"lease": None}
+    assert time.monotonic() - start >= 0.45
     code, _, err = run("doc", "get", "no-such-room", "x", *at, token=token)
     assert code == EXIT_NOT_FOUND and err.startswith("not_found: ")
 

@@ -47,6 +47,7 @@ class SyncPlan(_Twin[Plan]):
     add = _blocking(Plan.add)
     claim_next = _blocking(Plan.claim_next)
     claim = _blocking(Plan.claim)
+    finished = _blocking(Plan.finished)
     renew = _blocking(Plan.renew)
     complete = _blocking(Plan.complete)
     fail = _blocking(Plan.fail)

@@ -38,8 +38,21 @@ class Part:
     def _key(self, command_id: str | None) -> dict[str, str]:
         return {} if command_id is None else {"Idempotency-Key": command_id}
 
-    async def _keyed(self, path: str, body: Any, command_id: str | None) -> Any:
-        """POST ``body`` to ``path`` as a keyed command (``command_id``, else one made)."""
+    async def _keyed(
+        self, path: str, body: Any, command_id: str | None, *, wait: float = 0.0
+    ) -> Any:
+        """POST ``body`` to ``path`` as a keyed command (``command_id``, else one made);
+        a call that may wait ``wait`` seconds on the server reads that much longer."""
         return await self._http.json(
-            "POST", path, safety="keyed", body=body, headers=self._key(command_id)
+            "POST",
+            path,
+            safety="keyed",
+            body=body,
+            headers=self._key(command_id),
+            read_timeout=self._waiting(wait),
         )
+
+    def _waiting(self, wait: float) -> float | None:
+        """The read timeout of a call the server may hold ``wait`` seconds (``None``:
+        the client's own)."""
+        return self._http.timeout + wait if wait > 0 else None

@@ -63,31 +63,37 @@ class Events(Part):
         return position
 
     async def read_new(
-        self, agent: str | None = None, limit: int = 100, *, ack: Ack = "auto"
+        self, agent: str | None = None, limit: int = 100, *, ack: Ack = "auto", wait: float = 0.0
     ) -> list[Event]:
         """Up to ``limit`` events after the cursor, in order. ``ack="auto"`` moves the
         cursor past them in the same call (at-most-once: not retried once sent);
-        ``"explicit"`` leaves it for :meth:`ack` (at-least-once, retried)."""
-        return (await self._read_new(agent, limit, ack, inbox=False)).events
+        ``"explicit"`` leaves it for :meth:`ack` (at-least-once, retried). ``wait``: when
+        none is new, answer as soon as one arrives, else with none after ``wait`` s."""
+        return (await self._read_new(agent, limit, ack, inbox=False, wait=wait)).events
 
     async def read_inbox(
-        self, agent: str | None = None, limit: int = 100, *, ack: Ack = "auto"
+        self, agent: str | None = None, limit: int = 100, *, ack: Ack = "auto", wait: float = 0.0
     ) -> InboxPage:
         """Up to ``limit`` events addressed to the token's agent or its token's role,
         through its inbox cursor (:meth:`agentrooms.rooms.Events.read_inbox`; the server
-        takes the roles from the token)."""
-        return await self._read_new(agent, limit, ack, inbox=True)
+        takes the roles from the token); ``wait`` as :meth:`read_new`'s."""
+        return await self._read_new(agent, limit, ack, inbox=True, wait=wait)
 
-    async def _read_new(self, agent: str | None, limit: int, ack: Ack, *, inbox: bool) -> InboxPage:
+    async def _read_new(
+        self, agent: str | None, limit: int, ack: Ack, *, inbox: bool, wait: float
+    ) -> InboxPage:
         self._client.acting(agent)
         params: dict[str, Any] = {"ack": ack, "limit": limit}
         if inbox:
             params["inbox"] = "true"
+        if wait > 0:
+            params["wait"] = wait
         body = await self._http.json(
             "POST",
             f"{self._room.path}/events/read-new",
             safety="once" if ack == "auto" else "idempotent",
             params=params,
+            read_timeout=self._waiting(wait),
         )
         events = [_event(e) for e in body["events"]]
         scanned = body.get("scanned")

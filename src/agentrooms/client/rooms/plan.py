@@ -9,6 +9,7 @@ from typing import Any
 from agentrooms.client.rooms.base import Part, parse, seg
 from agentrooms.rooms.keeper import keep_lease
 from agentrooms.rooms.plan import DEFAULT_LEASE, Lease, LeaseKeeper, Task, TaskList, TaskSpec
+from agentrooms.rooms.tasks import TERMINAL
 from agentrooms.store.types import JSON
 
 
@@ -86,15 +87,24 @@ class Plan(Part):
         *,
         ttl: float = DEFAULT_LEASE,
         command_id: str | None = None,
+        wait: float = 0.0,
     ) -> Lease | None:
-        """Claim a ready task (or one whose lease expired); ``None`` if there is none."""
+        """Claim a ready task (or one whose lease expired); ``None`` if there is none.
+        ``wait``: when none is ready, answer as soon as one is, else ``None`` after
+        ``wait`` seconds (at once when the plan is finished; the server bounds it)."""
         body = await self._keyed(
             f"{self._room.path}/tasks/claim-next",
-            {"agent": self._client.acting(agent), "ttl": ttl},
+            {"agent": self._client.acting(agent), "ttl": ttl, "wait": wait},
             command_id,
+            wait=wait,
         )
         lease = body["lease"]
         return None if lease is None else parse(Lease, lease)
+
+    async def finished(self) -> bool:
+        """Whether every task is done, failed or cancelled (an empty plan is not)."""
+        tasks = await self.tasks()
+        return bool(tasks) and all(t.status in TERMINAL for t in tasks)
 
     async def claim(
         self,
@@ -103,12 +113,15 @@ class Plan(Part):
         *,
         ttl: float = DEFAULT_LEASE,
         command_id: str | None = None,
+        wait: float = 0.0,
     ) -> Lease:
-        """Claim one named task (``LeaseHeld``, ``NotFound``, ``InvalidTransition``)."""
+        """Claim one named task (``LeaseHeld``, ``NotFound``, ``InvalidTransition``);
+        ``wait``: up to that many seconds for it to become claimable first."""
         body = await self._keyed(
             f"{self._task(task_id)}/claim",
-            {"agent": self._client.acting(agent), "ttl": ttl},
+            {"agent": self._client.acting(agent), "ttl": ttl, "wait": wait},
             command_id,
+            wait=wait,
         )
         return parse(Lease, body)
 
