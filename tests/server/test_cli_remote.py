@@ -145,18 +145,28 @@ def test_a_room_worked_from_the_command_line(served: Served, where: str) -> None
     code, out, err = run("status", room, *at, token=token)
     assert code == 0, err
     assert room in out and "spec" not in err
-    # --wait: with nothing new, a read answers empty after about the wait, either way
-    ok("events", "read", room, "--limit", "1000", *me, *at, token=token)
+    code, _, err = run("doc", "get", "no-such-room", "x", *at, token=token)
+    assert code == EXIT_NOT_FOUND and err.startswith("not_found: ")
+
+
+@pytest.mark.parametrize("where", ["server", "store"])
+def test_wait_through_the_server_and_on_the_store(served: Served, where: str) -> None:
+    """``--wait``: with nothing new a read answers empty after about the wait, and a
+    claim with the one task held answers no lease after it, either way."""
+    token = served.tokens["alice"]
+    at = ["--server", served.base] if where == "server" else ["--url", served.url]
+    me = [] if where == "server" else ["--agent", "alice"]
+    room = f"cli-wait-{where}"
+    assert run("rooms", "create", room, *at, token=token)[0] == 0
+    ok("events", "read", room, *me, *at, token=token)  # room.created
     start = time.monotonic()
     assert ok("events", "read", room, "--wait", "0.5", *me, *at, token=token)["events"] == []
     assert time.monotonic() - start >= 0.45
-    start = time.monotonic()  # and a claim gets nothing when the one ready task is held
-    lease = ok("task", "claim", room, *me, *at, token=token)["lease"]
-    assert lease["task_id"] == "b"
+    ok("task", "add", room, "a", *at, token=token)
+    assert ok("task", "claim", room, *me, *at, token=token)["lease"]["task_id"] == "a"
+    start = time.monotonic()
     assert ok("task", "claim", room, "--wait", "0.5", *me, *at, token=token) == {"lease": None}
     assert time.monotonic() - start >= 0.45
-    code, _, err = run("doc", "get", "no-such-room", "x", *at, token=token)
-    assert code == EXIT_NOT_FOUND and err.startswith("not_found: ")
 
 
 def test_a_refusal_is_one_line_and_its_exit_code(served: Served) -> None:
