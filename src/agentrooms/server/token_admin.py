@@ -20,13 +20,16 @@ tokens it could not have minted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Any
 
-from agentrooms.errors import Forbidden
+from agentrooms.errors import BadRequest, Forbidden
 from agentrooms.server.auth import (
     ADMIN,
     ALL_ROOMS,
     AUTH_ROOM,
+    TOKEN_ROOMS,
     MintedToken,
     Principal,
     TokenInfo,
@@ -116,11 +119,38 @@ async def list_as(
     (``None`` at the end; a page may hold fewer than ``limit`` tokens) and ``now`` the
     store's clock. One snapshot per page; ``Forbidden`` without ``tokens:admin``."""
     check_admin(principal)
-    page = await store.scan(AUTH_ROOM, "token/", None if after is None else f"token/{after}", limit)
+    if after is not None and not _ID.fullmatch(after):
+        raise BadRequest(f"after must be a token id (16 hex digits), not {after!r}")
+    values, following = await _page(store, limit, after)
     now = (await store.read(AUTH_ROOM, [])).now
-    infos = [TokenInfo.from_value(r.value) for r in page.records]
-    following = None if page.next_after is None else page.next_after.removeprefix("token/")
+    infos = [TokenInfo.from_value(v) for v in values]
     return [t for t in infos if _within(principal, t)], following, now
+
+
+_ID = re.compile(r"[0-9a-f]{16}")
+
+
+async def _page(
+    store: Store, limit: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to ``limit`` token records after the id ``after``, in id order, and the id to
+    continue after (``None`` once every token room is read to its end). The token rooms
+    split the ids by their first digit, so id order is the rooms' order, then each
+    room's; a page reads on into the next rooms until it is full."""
+    values: list[dict[str, Any]] = []
+    first = 0 if after is None else int(after[0], 16)
+    cursor = None if after is None else f"token/{after}"
+    for room in TOKEN_ROOMS[first:]:
+        while len(values) < limit:
+            page = await store.scan(room, "token/", cursor, limit - len(values))
+            values += [r.value for r in page.records]
+            cursor = page.next_after
+            if cursor is None:
+                break
+        if len(values) >= limit:
+            return values, str(values[-1]["id"])
+        cursor = None
+    return values, None
 
 
 async def revoke_as(principal: Principal, store: Store, token_id: str) -> bool:
@@ -138,5 +168,8 @@ async def revoke_as(principal: Principal, store: Store, token_id: str) -> bool:
 async def info_of(store: Store, token_id: str) -> TokenInfo | None:
     """What is stored about the token ``token_id`` (never its secret); ``None`` if there
     is no such token. One read."""
-    record = (await store.read(AUTH_ROOM, [f"token/{token_id}"])).get(f"token/{token_id}")
+    if not _ID.fullmatch(token_id):
+        return None  # no token has such an id
+    room = TOKEN_ROOMS[int(token_id[0], 16)]
+    record = (await store.read(room, [f"token/{token_id}"])).get(f"token/{token_id}")
     return None if record is None else TokenInfo.from_value(record.value)
