@@ -362,15 +362,10 @@ def test_doctor_prints_the_topology(redis_cluster: Cluster, redis_cluster_url: s
     from agentrooms.cli_common import EXIT_USAGE
 
     runner = CliRunner()
-    # a node learns of the replicas by gossip, a moment after the cluster is whole
-    end = time.monotonic() + 20
-    while True:
-        result = runner.invoke(app, ["doctor", "--url", redis_cluster_url], env={"COLUMNS": "200"})
-        if result.output.count("replicas 127.0.0.1:") == 3 or time.monotonic() > end:
-            break
-        time.sleep(0.2)
+    result = runner.invoke(app, ["doctor", "--url", redis_cluster_url], env={"COLUMNS": "200"})
     assert result.exit_code == 1, result.output  # warns: no WAIT, no persistence
-    assert result.output.count("replicas 127.0.0.1:") == 3, result.output
+    # the table may wrap a long topology line anywhere (how long depends on the ports)
+    assert " ".join(result.output.split()).count("replicas 127.0.0.1:") == 3, result.output
     assert "topology" in result.output and "slots 0-" in result.output
     result = runner.invoke(app, ["doctor", "--url", redis_cluster_url, "--json"])
     assert len(json.loads(result.output)["details"]["topology"]) == 3
