@@ -8,15 +8,12 @@ any route runs.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from agentrooms.rooms import Document, Lease, LockInfo, Member, RoomInfo, Task
-from agentrooms.rooms.locks import WaiterInfo
-from agentrooms.server.auth import TokenInfo
-from agentrooms.store.types import MAX_TTL, Event
+from agentrooms.rooms import Task
+from agentrooms.store.types import MAX_TTL
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 DOC_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -35,6 +32,14 @@ class In(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
+class Out(BaseModel):
+    """A response body read off the library's object of the same fields."""
+
+    @classmethod
+    def of(cls, obj: object) -> Self:
+        return cls.model_validate(obj, from_attributes=True)
+
+
 # ----------------------------------------------------------------------------- rooms
 
 
@@ -44,7 +49,7 @@ class RoomCreate(In):
     metadata: JsonValue = None
 
 
-class RoomOut(BaseModel):
+class RoomOut(Out):
     name: str
     description: str
     metadata: JsonValue
@@ -52,18 +57,6 @@ class RoomOut(BaseModel):
     archived: bool
     last_seq: int
     ready: int
-
-    @classmethod
-    def of(cls, info: RoomInfo) -> RoomOut:
-        return cls(
-            name=info.name,
-            description=info.description,
-            metadata=info.metadata,
-            created_at=info.created_at,
-            archived=info.archived,
-            last_seq=info.last_seq,
-            ready=info.ready,
-        )
 
 
 class RoomList(BaseModel):
@@ -142,7 +135,7 @@ class ClaimIn(In):
     wait: Wait = 0.0
 
 
-class LeaseOut(BaseModel):
+class LeaseOut(Out):
     room: str
     task_id: str
     agent: str
@@ -150,18 +143,6 @@ class LeaseOut(BaseModel):
     expires_at: float
     ttl: float
     granted_at: float | None = Field(description="store clock: the claim that granted it")
-
-    @classmethod
-    def of(cls, lease: Lease) -> LeaseOut:
-        return cls(
-            room=lease.room,
-            task_id=lease.task_id,
-            agent=lease.agent,
-            fence=lease.fence,
-            expires_at=lease.expires_at,
-            ttl=lease.ttl,
-            granted_at=lease.granted_at,
-        )
 
 
 class ClaimNextOut(BaseModel):
@@ -214,17 +195,13 @@ class DocPut(In):
     guard: Guard | None = None
 
 
-class DocOut(BaseModel):
+class DocOut(Out):
     name: str
     value: JsonValue
     version: int
     writer: str | None = Field(
         default=None, description="the agent that wrote this version (null: no author named)"
     )
-
-    @classmethod
-    def of(cls, doc: Document) -> DocOut:
-        return cls(name=doc.name, value=doc.value, version=doc.version, writer=doc.writer)
 
 
 class DocList(BaseModel):
@@ -252,7 +229,7 @@ class Posted(BaseModel):
     seq: int = Field(description="the event's sequence number (a replay answers the first call's)")
 
 
-class EventOut(BaseModel):
+class EventOut(Out):
     seq: int
     type: str
     data: JsonValue
@@ -262,18 +239,6 @@ class EventOut(BaseModel):
     )
     to: list[str] = Field(default_factory=list, description="agents it is addressed to")
     to_roles: list[str] = Field(default_factory=list, description="roles it is addressed to")
-
-    @classmethod
-    def of(cls, event: Event) -> EventOut:
-        return cls(
-            seq=event.seq,
-            type=event.type,
-            data=event.data,
-            time=event.time,
-            author=event.author,
-            to=list(event.to),
-            to_roles=list(event.to_roles),
-        )
 
 
 class EventList(BaseModel):
@@ -305,22 +270,12 @@ class HeartbeatIn(In):
     ttl: Seconds = 120.0
 
 
-class MemberOut(BaseModel):
+class MemberOut(Out):
     agent: str
     status: str
     metadata: JsonValue
     last_seen: float
     expires_at: float
-
-    @classmethod
-    def of(cls, member: Member) -> MemberOut:
-        return cls(
-            agent=member.agent,
-            status=member.status,
-            metadata=member.metadata,
-            last_seen=member.last_seen,
-            expires_at=member.expires_at,
-        )
 
 
 class MemberList(BaseModel):
@@ -370,40 +325,20 @@ class Released(BaseModel):
     released: bool
 
 
-class HolderOut(BaseModel):
+class HolderOut(Out):
     owner: str
     fence: int
     expires_at: float | None
     granted_at: float | None = Field(description="store clock: the write that granted it")
     renewed_at: float | None = Field(description="store clock: its last extend, if any")
 
-    @classmethod
-    def of(cls, info: LockInfo) -> HolderOut:
-        return cls(
-            owner=info.owner,
-            fence=info.fence,
-            expires_at=info.expires_at,
-            granted_at=info.granted_at,
-            renewed_at=info.renewed_at,
-        )
 
-
-class WaiterOut(BaseModel):
+class WaiterOut(Out):
     waiter: str
     owner: str
     ticket: int = Field(description="place in line: lower goes first")
     joined_at: float | None = Field(description="store clock: when it joined the line")
     expires_at: float | None
-
-    @classmethod
-    def of(cls, info: WaiterInfo) -> WaiterOut:
-        return cls(
-            waiter=info.waiter,
-            owner=info.owner,
-            ticket=info.ticket,
-            joined_at=info.joined_at,
-            expires_at=info.expires_at,
-        )
 
 
 class LockState(BaseModel):
@@ -430,7 +365,7 @@ class TokenMint(In):
     ttl: float = Field(default=30 * 86_400.0, gt=0, le=MAX_TTL)
 
 
-class TokenOut(BaseModel):
+class TokenOut(Out):
     id: str
     agent: str
     rooms: list[str] | Literal["*"]
@@ -439,10 +374,6 @@ class TokenOut(BaseModel):
     created_at: float
     expires_at: float
     revoked_at: float | None = None
-
-    @classmethod
-    def of(cls, info: TokenInfo) -> TokenOut:
-        return cls(**dataclasses.asdict(info))
 
 
 class Minted(BaseModel):
