@@ -422,7 +422,7 @@ async def test_batches_are_bounded_by_count_bytes_and_the_stores_operations(
     by_bytes = writer(room, batch_bytes=1)  # one intent per write: the first always fits
     assert await by_bytes.apply_pending(lock) == 4 and commits(by_bytes) == 4
     small = Interposed(store)
-    small.limits = dataclasses.replace(store.limits, max_ops=60)
+    small.limits = dataclasses.replace(store.limits, max_ops=40)
     ids += [await queue.submit(ww.chain_intent(i)) for i in range(16, 40)]
     by_ops = writer(Rooms(small).room(room.name))
     assert await by_ops.apply_pending(lock) == 24

@@ -99,6 +99,8 @@ class Writer:
         self._lost: Lock | None = None
         self._depth_at = -DEPTH_EVERY  # when the depth gauge was last set
         self._ahead: tuple[int, asyncio.Future[list[Event]]] | None = None  # a page read ahead
+        self._gauges: set[asyncio.Future[None]] = set()  # refreshes of the depth gauge
+        self._stale = False  # intents settled since the gauge was last refreshed
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Queue for the lock, serve while holding it, queue again when deposed; release
@@ -136,6 +138,8 @@ class Writer:
                     await asyncio.sleep(OUTAGE_PAUSE)
         finally:
             self._drop_ahead()
+            for gauge in list(self._gauges):
+                await gauge  # a read, soon done; the gauge is forgotten after it
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -152,6 +156,8 @@ class Writer:
                     return total
         finally:
             self._drop_ahead()
+            for gauge in list(self._gauges):
+                await gauge
 
     async def position(self) -> int:
         cursor = (await self.scope.read([self.keys.cursor])).value(self.keys.cursor)
@@ -177,12 +183,18 @@ class Writer:
         except BaseException:
             self._drop_ahead()
             raise
-        now = time.monotonic()
-        if not events or now - self._depth_at >= DEPTH_EVERY:  # the gauge, not every write
+        now, self._stale = time.monotonic(), self._stale or settled > 0
+        # the gauge: every DEPTH_EVERY, and once idle after a batch, off the batches' path
+        if now - self._depth_at >= DEPTH_EVERY or (not events and self._stale):
+            self._depth_at, self._stale = now, False
+            self._gauges.add(task := asyncio.ensure_future(self._gauge()))
+            task.add_done_callback(self._gauges.discard)
+        return position, len(events), settled
+
+    async def _gauge(self) -> None:
+        with contextlib.suppress(Exception):  # a gauge, not worth a failure
             depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
             self.metrics.depth(self.scope.room, self.keys.name, depth)
-            self._depth_at = now
-        return position, len(events), settled
 
     async def _page(self, position: int, page: int) -> list[Event]:
         """The events after ``position``: the page read ahead for it, if there is one."""
@@ -262,10 +274,13 @@ class Writer:
 
     async def _wait(self, position: int, stop: asyncio.Event | None) -> None:
         """Until the log moves past ``position``, ``stop`` is set, or it is time to look
-        at the lock again."""
+        at the lock again; the events that moved it become the next page (one round trip
+        where the store's blocking read returns them)."""
         self._check()
         timeout = min(self.idle, self.lock_ttl / 3)
-        watch = asyncio.ensure_future(self.scope.store.watch(self.scope.room, position, timeout))
+        page = min(self.scope.store.limits.max_page, 2 * self.batch)
+        follow = self.scope.store.follow_log(self.scope.room, position, timeout, page)
+        watch = asyncio.ensure_future(follow)
         waiting = {watch} if stop is None else {watch, asyncio.ensure_future(stop.wait())}
         done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
@@ -274,6 +289,8 @@ class Writer:
                 await task
         for task in done:
             task.result()
+        if watch in done:
+            self._ahead = (position, watch)
 
     async def _apply(self, step: _Step) -> int:
         """Settle one submission alone: applied / rejected, or after ``max_failures``
@@ -311,7 +328,7 @@ class Writer:
         count); returns the count."""
         try:
             result = await self.scope.commit(
-                partial(_count_failure, step=step, error=exc), None, [step.item]
+                partial(_count_failure, step=step, error=exc), None, [step.item, self.keys.cursor]
             )
         except (StaleFence, InvalidTransition, NotFound):
             raise
