@@ -598,6 +598,47 @@ async def test_every_submitter_of_conditional_intents_is_served(store: Store, ro
     assert rejected[0] > 0  # the stale reads still show
 
 
+async def test_no_submitter_of_conditional_intents_starves(store: Store, room: Room) -> None:
+    """Sixteen submitters read one counter and submit ``n == read`` in a shuffled order
+    each round, then the writer applies the round in one batch: one intent applies, the
+    rest are rejected (the stale reads show). A loser resubmits with ``retry_of``; a
+    winner submits afresh. Each retry is evaluated at its first submission's place, so
+    the winners rotate: all sixteen are applied in sixteen rounds, in the order of the
+    first round's submissions. (In submission order alone, a shuffle decides each round
+    and some would still wait.)"""
+    n = 16
+    queue = IntentQueue(room)
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    batcher = writer(room, batch=100)
+    last: dict[int, Any] = {}
+    winners: list[int] = []
+    first_round: list[int] = []
+    rng = random.Random(4)
+    for _ in range(n):
+        seen = (await store.read(room.name, ["counter"])).value("counter")["n"]
+        order = list(range(n))
+        rng.shuffle(order)
+        first_round = first_round or order
+        ids = {}
+        for s in order:
+            intent = Intent([Where("counter", "n", "==", seen)], [Put("counter", {"n": seen + 1})])
+            ids[s] = await queue.submit(intent, author=f"a{s}", retry_of=last.get(s))
+        assert await batcher.apply_pending(lock) == n
+        outcomes = {s: await queue.outcome(i) for s, i in ids.items()}
+        applied = [s for s, o in outcomes.items() if o.status == "applied"]
+        assert len(applied) == 1
+        assert all(
+            o.reason == [f"counter.n == {seen}"] for o in outcomes.values() if o.status != "applied"
+        )
+        winners.append(applied[0])
+        last = {s: o for s, o in outcomes.items() if o.status == "rejected"}
+        for o in last.values():  # a retry keeps the place of the first submission
+            assert o.place is not None and o.place <= (o.seq or 0)
+    assert sorted(winners) == list(range(n))  # everyone, once
+    assert winners == first_round  # round robin, oldest waiter first
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": n}
+
+
 async def test_submit_and_wait_reads_no_outcome(store: Store, room: Room) -> None:
     """Subscribed before it submits, it learns the outcome from the settling event; an
     id submitted before is read back instead (the event may be past)."""

@@ -61,6 +61,12 @@ class QueueKeys:
         return f"wq/{self.name}/cursor"
 
     @property
+    def marker(self) -> str:
+        """A record naming the queue, so that it is found by a scan of ``wq/`` before
+        anything in it is settled."""
+        return f"wq/{self.name}/queue"
+
+    @property
     def queued(self) -> str:
         return f"wq:{self.name}:queued"
 

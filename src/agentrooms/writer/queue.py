@@ -122,7 +122,8 @@ class IntentQueue:
         One transact, O(1), ordered by the store, never conflicting with another
         submission: without ``intent_id`` it is the ``wq.submitted`` append (carrying the
         intent) and the queued set's add; the room's existence is checked on this
-        object's first submission only. With ``intent_id`` it also writes the intent's
+        object's first submission only (which also writes the queue's marker record).
+        With ``intent_id`` it also writes the intent's
         record, so it is idempotent: the same intent again returns the id and queues
         nothing; another one under that id raises ``IdempotencyMismatch``.
         ``RateLimited`` when the queue is full; ``BadRequest`` for an intent the store
@@ -194,8 +195,9 @@ class IntentQueue:
             queue = [SetAdd(self.keys.queued, intent_id)]
             if self._checked:
                 await self.scope.store.transact(self.scope.room, (), queue, [submitted])
-            else:
-                await self.scope.transact((), queue, [submitted])
+            else:  # the first: the room must exist, and the queue is marked in it
+                marker = Put(self.keys.marker, {"queue": self.keys.name})
+                await self.scope.transact((), [marker, *queue], [submitted])
                 self._checked = True
             self._since += 1
             return True
