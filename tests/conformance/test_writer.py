@@ -598,6 +598,29 @@ async def test_every_submitter_of_conditional_intents_is_served(store: Store, ro
     assert rejected[0] > 0  # the stale reads still show
 
 
+async def test_a_write_behind_the_writers_back_is_seen(store: Store, room: Room) -> None:
+    """The writer takes the records it wrote last for its next batch's snapshot instead
+    of reading them; a record written meanwhile by someone else makes that guess wrong,
+    and the batch's compare catches it: the intents are decided on what the store
+    holds, not on what the writer remembers."""
+    queue = IntentQueue(room)
+    stop = asyncio.Event()
+    running = asyncio.create_task(writer(room).run(stop))
+
+    def bump(seen: int) -> Intent:
+        return Intent([Where("counter", "n", "==", seen)], [Put("counter", {"n": seen + 1})])
+
+    assert (await queue.submit_and_wait(bump(0), timeout=30)).status == "applied"
+    await store.transact(room.name, writes=[Put("counter", {"n": 10})])  # not queued
+    stale = await queue.submit_and_wait(bump(1), timeout=30)  # true on the writer's memory
+    fresh = await queue.submit_and_wait(bump(10), timeout=30)
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    assert (stale.status, stale.reason) == ("rejected", ["counter.n == 1"])
+    assert fresh.status == "applied"
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 11}
+
+
 async def test_no_submitter_of_conditional_intents_starves(store: Store, room: Room) -> None:
     """Sixteen submitters read one counter and submit ``n == read`` in a shuffled order
     each round, then the writer applies the round in one batch: one intent applies, the

@@ -157,6 +157,7 @@ class Scope:
         *,
         command_id: str | None = None,
         policy: RetryPolicy | None = None,
+        guess: Snapshot | None = None,
     ) -> CommitResult:
         def guarded(view: View, ev: E) -> Change:
             self.check_live(view)
@@ -169,6 +170,7 @@ class Scope:
             event,
             keys=[keys.META, keys.ARCHIVED, *record_keys],
             command_id=command_id,
+            guess=guess,
             options=CommitOptions(
                 policy=policy or self.policy or ROOM_POLICY, metrics=self.metrics
             ),
