@@ -159,6 +159,11 @@ class Scope:
         policy: RetryPolicy | None = None,
         guess: Snapshot | None = None,
     ) -> CommitResult:
+        """:func:`agentrooms.commit.commit` in the room, guarded by its existence and
+        archive state (``InvalidTransition`` / ``NotFound`` from ``check_live``).
+        ``guess``: a snapshot of the room's meta and archive records and ``record_keys``
+        believed current, for the first attempt instead of a read (see ``commit``)."""
+
         def guarded(view: View, ev: E) -> Change:
             self.check_live(view)
             return transition(view, ev)
