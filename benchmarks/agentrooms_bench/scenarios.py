@@ -30,8 +30,8 @@ lease              per-task leases: ``claim_next`` a task (each task its own rec
                    of claim and completion (the plan is refilled in the background)
 writer             designated writer: read, think, submit a *conditional* intent
                    (``doc.n == n read``), wait for its outcome; a rejected intent is
-                   re-read, re-thought and resubmitted (at once: the queue orders the
-                   retries, a growing backoff would starve the losers). One ``Writer``
+                   re-read, re-thought and resubmitted at once with ``retry_of`` (the
+                   retry keeps the rejected one's place in the batch order). One ``Writer``
                    applies the queue, many intents per write, each predicate on the state
                    the intents before it left. Rejected: intents whose predicate no
                    longer held
@@ -449,6 +449,7 @@ class DesignatedWriter(Scenario):
         async def op(op_id: str) -> Outcome:
             deadline = time.monotonic() + self.env.budget
             attempts = rejected = 0
+            last = None  # the rejected outcome a resubmission retries: it keeps its place
             while True:
                 doc = (await store.read(self.env.room, [DOC])).value(DOC)
                 await _think(self.env.think)
@@ -456,24 +457,21 @@ class DesignatedWriter(Scenario):
                 intent = Intent(
                     when=[Where(DOC, "n", "==", doc["n"])], writes=[Put(DOC, bumped(doc, name))]
                 )
-                intent_id = f"{op_id}.{attempts}"
                 remaining = max(0.01, deadline - time.monotonic())
                 try:
-                    outcome = await queue.submit_and_wait(
-                        intent, intent_id=intent_id, timeout=remaining
-                    )
+                    outcome = await queue.submit_and_wait(intent, timeout=remaining, retry_of=last)
                 except TimeoutError:  # still queued: the writer may apply it later
                     return Outcome("exhausted", attempts, rejected, doubt=True)
                 if outcome.status == APPLIED:
                     return Outcome("ok", attempts, rejected)
                 if outcome.status != REJECTED:
-                    raise RuntimeError(f"intent {intent_id} ended {outcome.status}")
-                rejected += 1
+                    raise RuntimeError(f"intent {outcome.id} ended {outcome.status}")
+                rejected, last = rejected + 1, outcome
                 if time.monotonic() > deadline:
                     return Outcome("exhausted", attempts, rejected)
                 # no backoff: the rejection is no contention on the store but the queue's
-                # order, and backing off longer after every rejection is what starves an
-                # agent (its intents arrive ever later than those of the agents that won)
+                # order, and the retry keeps its place in it (retry_of), so the agent
+                # that waited longest is evaluated first on the next fresh state
 
         return op
 
@@ -513,13 +511,11 @@ class WriterIncrements(DesignatedWriter):
         async def op(op_id: str) -> Outcome:
             await _think(self.env.think)
             try:
-                outcome = await queue.submit_and_wait(
-                    intent, intent_id=op_id, timeout=self.env.budget
-                )
+                outcome = await queue.submit_and_wait(intent, timeout=self.env.budget)
             except TimeoutError:  # still queued: the writer may apply it later
                 return Outcome("exhausted", 1, 0, doubt=True)
             if outcome.status != APPLIED:
-                raise RuntimeError(f"intent {op_id} ended {outcome.status}")
+                raise RuntimeError(f"intent {outcome.id} ended {outcome.status}")
             return Outcome("ok", 1, 0)
 
         return op

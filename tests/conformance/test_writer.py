@@ -8,12 +8,10 @@ killable handles of the same store (see ``writer_workers``).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import multiprocessing
 import os
-import random
 import signal
 import uuid
 from typing import Any
@@ -422,7 +420,7 @@ async def test_batches_are_bounded_by_count_bytes_and_the_stores_operations(
     by_bytes = writer(room, batch_bytes=1)  # one intent per write: the first always fits
     assert await by_bytes.apply_pending(lock) == 4 and commits(by_bytes) == 4
     small = Interposed(store)
-    small.limits = dataclasses.replace(store.limits, max_ops=60)
+    small.limits = dataclasses.replace(store.limits, max_ops=40)
     ids += [await queue.submit(ww.chain_intent(i)) for i in range(16, 40)]
     by_ops = writer(Rooms(small).room(room.name))
     assert await by_ops.apply_pending(lock) == 24
@@ -557,45 +555,6 @@ async def test_an_increment_of_something_not_a_number_is_rejected(store: Store, 
         await queue.submit(QueuedIntent([], increments=[Increment("wq/main/cursor")]))
     with pytest.raises(BadRequest):
         Increment("hits", True)
-
-
-# -------------------------------------------------------------------------- fairness
-
-
-async def test_every_submitter_of_conditional_intents_is_served(store: Store, room: Room) -> None:
-    """Sixteen submitters, each read-decide-submit on one counter, resubmitting what is
-    rejected: each predicate is evaluated on the batch's running state, so no
-    submitter starves; every one gets its three updates applied."""
-    n, each = 16, 3
-    queue = IntentQueue(room)
-    stop = asyncio.Event()
-    running = asyncio.create_task(writer(room).run(stop))
-    rejected = [0]
-
-    async def submitter(s: int) -> None:
-        applied = 0
-        while applied < each:
-            seen = (await store.read(room.name, ["counter"])).value("counter")["n"]
-            intent = Intent(
-                [Where("counter", "n", "==", seen)],
-                [Put("counter", {"n": seen + 1})],
-                [Append("by", {"s": s})],
-            )
-            outcome = await queue.wait(await queue.submit(intent), timeout=30)
-            if outcome.status == "applied":
-                applied += 1
-            else:
-                rejected[0] += 1
-                await asyncio.sleep(random.uniform(0, 0.02))
-
-    await asyncio.wait_for(asyncio.gather(*(submitter(s) for s in range(n))), 120)
-    stop.set()
-    await asyncio.wait_for(running, 20)
-    log = await store.read_log(room.name, 0, 10_000)
-    by = collections.Counter(e.data["s"] for e in log if e.type == "by")
-    assert by == {s: each for s in range(n)}
-    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": n * each}
-    assert rejected[0] > 0  # the stale reads still show
 
 
 async def test_submit_and_wait_reads_no_outcome(store: Store, room: Room) -> None:

@@ -150,3 +150,61 @@ def test_a_batch_announces_its_rejections_before_its_applied_outcomes() -> None:
     assert change.result["taken"] == 3
     assert [s["status"] for s in change.result["settled"]] == ["applied", "rejected", "rejected"]
     assert "intent" not in puts[Q.item("i2")]  # a settled record drops the payload
+
+
+def carried(seq: int, i: str, intent: Intent, place: int | None = None) -> _Step:
+    """A submission whose event carries its intent (what ``IntentQueue.submit`` appends),
+    retrying the outcome at ``place`` if given."""
+    data: dict[str, Any] = {"queue": "main", "id": i, "keys": ["counter"]}
+    data["intent"] = encode_intent(intent)
+    if place is not None:
+        data["place"] = place
+    return _Step(Q, Event(seq, "wq.submitted", data, 40.0), LOCK, 60.0)
+
+
+def test_a_batch_evaluates_retries_at_their_original_place() -> None:
+    """i7 and i8 are fresh; i9 retries the outcome whose place was 3: it is evaluated
+    first and wins, though submitted last; the cursor still moves past seq 9, and
+    every outcome names its place. No intent record is read."""
+    intent = Intent([Where("counter", "n", "==", 0)], [Put("counter", {"n": 1})], [Append("x")])
+    steps = [carried(7, "i7", intent), carried(8, "i8", intent), carried(9, "i9", intent, 3)]
+    assert all(Q.item(s.id) not in s.read_keys for s in steps)
+    snap = Snapshot({"counter": Record("counter", {"n": 0}, 3)}, 50.0)
+    view = View(snap, [Q.cursor, "counter"])
+    change = _apply_batch(
+        view, None, steps=steps, limit=_Limit(10, 5000, 1 << 20), stats=lambda n: {}
+    )
+    told = {a.data["id"]: (a.type, a.data["place"]) for a in change.appends if a.data}
+    assert told == {
+        "i9": ("wq.applied", 3),
+        "i7": ("wq.rejected", 7),
+        "i8": ("wq.rejected", 8),
+    }
+    puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
+    assert puts[Q.cursor]["seq"] == 9 and change.result["taken"] == 3
+    assert puts[Q.item("i9")]["place"] == 3 and puts[Q.item("i7")]["place"] == 7
+    assert all(SetRemove(Q.queued, i) in change.writes for i in ("i7", "i8", "i9"))
+
+
+def test_a_place_after_the_submission_itself_is_ignored() -> None:
+    intent = Intent([], [Put("counter", 1)])
+    assert carried(7, "i7", intent, place=12).place == 7
+    assert carried(7, "i7", intent, place=2).place == 2
+
+
+def test_a_reordered_batch_that_does_not_fit_is_the_prefix_in_log_order() -> None:
+    """Three intents, room for two: in place order the retry (seq 9) would come first,
+    but a batch must be consecutive submissions, so the batch is seq 7 and 8 in log
+    order, and the cursor stops at 8."""
+    steps = [
+        carried(7, "i7", Intent([], [Put("a", 1)])),
+        carried(8, "i8", Intent([], [Put("b", 1)])),
+        carried(9, "i9", Intent([], [Put("c", 1)]), place=1),
+    ]
+    view = View(Snapshot({}, 50.0), [Q.cursor, "counter"])
+    limit = _Limit(3, 14, 1 << 20)  # the ops of two of them
+    change = _apply_batch(view, None, steps=steps, limit=limit, stats=lambda n: {})
+    assert change.result["taken"] == 2
+    assert [s["id"] for s in change.result["settled"]] == ["i7", "i8"]
+    puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
+    assert puts[Q.cursor]["seq"] == 8 and "c" not in puts

@@ -157,7 +157,13 @@ class Scope:
         *,
         command_id: str | None = None,
         policy: RetryPolicy | None = None,
+        guess: Snapshot | None = None,
     ) -> CommitResult:
+        """:func:`agentrooms.commit.commit` in the room, guarded by its existence and
+        archive state (``InvalidTransition`` / ``NotFound`` from ``check_live``).
+        ``guess``: a snapshot of the room's meta and archive records and ``record_keys``
+        believed current, for the first attempt instead of a read (see ``commit``)."""
+
         def guarded(view: View, ev: E) -> Change:
             self.check_live(view)
             return transition(view, ev)
@@ -169,6 +175,7 @@ class Scope:
             event,
             keys=[keys.META, keys.ARCHIVED, *record_keys],
             command_id=command_id,
+            guess=guess,
             options=CommitOptions(
                 policy=policy or self.policy or ROOM_POLICY, metrics=self.metrics
             ),

@@ -3,11 +3,15 @@ one writer at a time applies them, in order, many in one conditional write.
 
 Layout of queue ``<q>`` in the room (default ``main``)::
 
-    event wq.submitted {queue, id, keys}  the queue's order: the room log's gapless seq,
-                                          assigned by the store, so submitting is one
-                                          append that never conflicts with another
-    wq/<q>/i/<id>      the intent as submitted, then its outcome: queued -> applied |
-                       rejected (a predicate did not hold) | dead (poison)
+    event wq.submitted {queue, id, keys,  the queue's order: the room log's gapless seq,
+      intent[, place][, digest]}          assigned by the store, so submitting is one
+                                          append that never conflicts with another; it
+                                          carries the intent, so the writer reads no
+                                          record to apply it
+    wq/<q>/i/<id>      the outcome once settled: applied | rejected (a predicate did not
+                       hold) | dead (poison); for an id the submitter named, also the
+                       intent as submitted (status queued) from the submission on
+    wq/<q>/queue       marks the queue (written by an IntentQueue's first submission)
     wq/<q>/cursor      the writer's position: seq of the last submission consumed, and
                        its recent throughput (read by submitters told to back off)
     wq/<q>/dead/<id>   dead letters: the intent, why it failed, how often
@@ -16,18 +20,27 @@ Layout of queue ``<q>`` in the room (default ``main``)::
 
 Rules:
 
-* **In order, exactly once, in batches.** A batch of intents (their writes, each one's
-  outcome, their removal from the queued set) and the cursor's advance to the last one's
-  seq commit in *one* transact, which also compares the cursor's version: an intent is
-  applied exactly when the cursor passes it, whoever the writer is and however often it
-  restarts. A batch is bounded (``Writer(batch=, batch_bytes=)``, the store's
-  ``limits.max_ops``); a batch the store refuses is retried in halves.
+* **In order, exactly once, in batches.** A batch is consecutive submissions of the
+  log. Its intents (their writes, each one's outcome, their removal from the queued set)
+  and the cursor's advance to its last seq commit in *one* transact, which also compares
+  the cursor's version: an intent is applied exactly when the cursor passes it, whoever
+  the writer is and however often it restarts. A batch is bounded (``Writer(batch=,
+  batch_bytes=)``, the store's ``limits.max_ops``); a batch the store refuses is
+  retried in halves.
+* **The order within a batch: place, then seq.** A submission's *place* is its own seq;
+  a retry (``submit(..., retry_of=outcome)``, ``outcome`` a settled outcome of an earlier
+  intent) takes that outcome's place, so a retry keeps the place of the first submission
+  of its chain. A batch applies its intents in order of (place, seq): the result is
+  exactly that of applying them one by one in that order, and the oldest waiter is
+  evaluated first on each fresh state (round robin among submitters who retry). If the
+  batch in that order would not fit its bounds, or one of its intents cannot be applied,
+  the batch is the longest prefix in log order that fits, applied in log order.
 * **Fenced.** Every write of the writer carries ``lock.guard()``; a writer whose lock was
   taken over (``Locks.wait_acquire`` hands it to the standby once it expires) gets
   ``StaleFence`` and steps down.
 * **Conditional intents.** Predicates (:class:`~agentrooms.commit.Where`) are evaluated
   on the snapshot the write is conditioned on, as left by the intents before it in the
-  batch. A predicate that fails is an *outcome* (``rejected``, with the failed
+  batch's order. A predicate that fails is an *outcome* (``rejected``, with the failed
   predicates), never a crash, and leaves the rest of the batch alone.
 * **Increments.** :class:`Increment` (in a :class:`QueuedIntent`) adds to a counter on
   the running state: commutative, so it needs no predicate and is never rejected for
@@ -35,13 +48,18 @@ Rules:
 * **Poison.** An intent whose application raises (it cannot be decoded, the store
   refuses its writes...) is retried; after ``max_failures`` it goes to the dead letters
   with its reason, and the queue moves on. A store outage is not counted against it.
+* **Submitting.** Without an ``intent_id``, ``submit`` is one append and the queued
+  set's add (the room's existence checked on an ``IntentQueue``'s first submission
+  only: a room archived since is not served, and its submitters time out); its
+  generated id reads as ``queued`` until settled. With an ``intent_id``, the intent's
+  record is written too (compared absent): idempotent by id.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
   ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.
-  The depth is read before the append, except while the last reading plus this
-  ``IntentQueue``'s submissions since is under half the limit and less than
-  ``DEPTH_EVERY`` (0.1 s) old. So the limit can be overshot: by one submission per
-  concurrent submitter, and by what each ``IntentQueue`` submits on a recent reading
-  (less than half the limit).
+  The depth is read before the append, except while the process's last reading (shared
+  by its ``IntentQueue`` objects of the queue) plus this object's submissions since is
+  under half the limit and less than ``DEPTH_EVERY`` (0.1 s) old. So the limit can be
+  overshot: by one submission per concurrent submitter, and by what each
+  ``IntentQueue`` submits on a recent reading (less than half the limit).
 * **Observable.** Every outcome is a ``wq.<applied|rejected|dead|skipped>`` event naming
   the writer and its fence (a batch appends its rejections before its applied outcomes,
   so the submitters who must retry hear first); ``wq.failed`` counts each exception of

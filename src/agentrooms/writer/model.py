@@ -61,6 +61,12 @@ class QueueKeys:
         return f"wq/{self.name}/cursor"
 
     @property
+    def marker(self) -> str:
+        """A record naming the queue, so that it is found by a scan of ``wq/`` before
+        anything in it is settled."""
+        return f"wq/{self.name}/queue"
+
+    @property
     def queued(self) -> str:
         return f"wq:{self.name}:queued"
 
@@ -204,10 +210,17 @@ def _digest(payload: JSON) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class IntentOutcome:
+    """An intent's outcome: ``queued`` until the writer settled it, then ``applied``,
+    ``rejected`` (``reason``: the failed predicates) or ``dead``. ``seq``: its submission's
+    log seq; ``place``: the place it was ordered by in its batch (its ``seq``, or for a
+    retry the place of the outcome it retried). Pass a rejected outcome as
+    ``IntentQueue.submit(..., retry_of=outcome)`` to keep that place."""
+
     id: str
     status: str  # queued | applied | rejected | dead
     reason: JSON = None  # the failed predicates, or why it went to the dead letters
-    seq: int | None = None  # its place in the queue (the submission's log seq), once settled
+    seq: int | None = None  # the submission's log seq, once settled
+    place: int | None = None  # the place it was ordered by, once settled
 
     @property
     def settled(self) -> bool:
@@ -224,4 +237,5 @@ class DeadLetter:
 
 
 def _outcome(intent_id: str, item: dict[str, Any]) -> IntentOutcome:
-    return IntentOutcome(intent_id, item["status"], item.get("reason"), item.get("seq"))
+    seq = item.get("seq")
+    return IntentOutcome(intent_id, item["status"], item.get("reason"), seq, item.get("place", seq))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 
 from agentrooms.commit import Intent
 from agentrooms.errors import (
@@ -17,6 +18,7 @@ from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.follow import Subscription, follow, route
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
+from agentrooms.session import Shared
 from agentrooms.store.types import (
     JSON,
     Absent,
@@ -54,6 +56,12 @@ def _scope_of(room: Room | Scope) -> Scope:
 
 
 DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
+GENERATED = "q-"  # the prefix of the ids submit generates
+
+_readings: weakref.WeakKeyDictionary[Shared, dict[tuple[str, str], tuple[int, float]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The process's last depth reading per (room, queue), per store identity, and when."""
 
 SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
 
@@ -77,9 +85,11 @@ def _told(intent_id: str, event: Event) -> IntentOutcome:
     """The outcome a settling event tells (the writer wrote the same on the intent)."""
     data = event.data if isinstance(event.data, dict) else {}
     seq = data.get("seq")
+    seq = seq if isinstance(seq, int) else None
+    place = data.get("place", seq)
     status = event.type.removeprefix("wq.")
     return IntentOutcome(
-        intent_id, status, data.get("reason"), seq if isinstance(seq, int) else None
+        intent_id, status, data.get("reason"), seq, place if isinstance(place, int) else seq
     )
 
 
@@ -93,22 +103,35 @@ class IntentQueue:
             raise BadRequest("max_depth must be a positive integer")
         self.max_depth = max_depth
         self._depth, self._since, self._read_at = 0, 0, -DEPTH_EVERY  # the last depth read
+        self._checked = False  # the room was found live by a guarded submission
 
     async def submit(
-        self, intent: Intent | JSON, *, intent_id: str | None = None, author: str | None = None
+        self,
+        intent: Intent | JSON,
+        *,
+        intent_id: str | None = None,
+        author: str | None = None,
+        retry_of: IntentOutcome | None = None,
     ) -> str:
         """Queue ``intent`` (an :class:`Intent`, a :class:`QueuedIntent` with increments,
         or the JSON form of either); returns its id. ``author``: the agent submitting, the
-        author of the ``wq.submitted`` event.
+        author of the ``wq.submitted`` event. ``retry_of``: the rejected outcome this
+        intent retries; it keeps that outcome's place in the batch order (see
+        :mod:`agentrooms.writer`).
 
-        One append, O(1), ordered by the store. Idempotent by ``intent_id``: the same
-        intent again returns the id and queues nothing; another one under that id raises
-        ``IdempotencyMismatch``. ``RateLimited`` when the queue is full; ``BadRequest``
-        for an intent the store would refuse.
+        One transact, O(1), ordered by the store, never conflicting with another
+        submission: without ``intent_id`` it is the ``wq.submitted`` append (carrying the
+        intent) and the queued set's add; the room's existence is checked on this
+        object's first submission only (which also writes the queue's marker record).
+        With ``intent_id`` it also writes the intent's
+        record, so it is idempotent: the same intent again returns the id and queues
+        nothing; another one under that id raises ``IdempotencyMismatch``.
+        ``RateLimited`` when the queue is full; ``BadRequest`` for an intent the store
+        would refuse, or a ``retry_of`` that is not a settled outcome.
         """
-        intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
-        await self._submit(intent, intent_id, author)
-        return intent_id
+        name, named = self._named(intent_id)
+        await self._submit(intent, name, named, author, retry_of)
+        return name
 
     async def submit_and_wait(
         self,
@@ -117,20 +140,36 @@ class IntentQueue:
         intent_id: str | None = None,
         timeout: float = 30.0,
         author: str | None = None,
+        retry_of: IntentOutcome | None = None,
     ) -> IntentOutcome:
         """:meth:`submit`, then :meth:`wait`, one read cheaper: the wait is subscribed
         before the submission, so the settling event cannot be missed and the outcome is
         not read (unless the id was submitted before)."""
-        intent_id = room_keys.check_name(intent_id or uuid.uuid4().hex, "intent id")
-        routes = (("wq", self.keys.name, intent_id),)
+        name, named = self._named(intent_id)
+        routes = (("wq", self.keys.name, name),)
         async with follow(self.scope.store, self.scope.room, routes=routes) as woken:
-            fresh = await self._submit(intent, intent_id, author)
-            queued = IntentOutcome(intent_id, QUEUED)
-            start = queued if fresh else await self.outcome(intent_id)
+            fresh = await self._submit(intent, name, named, author, retry_of)
+            queued = IntentOutcome(name, QUEUED)
+            start = queued if fresh else await self.outcome(name)
             return await self._until_settled(woken, start, time.monotonic() + timeout)
 
-    async def _submit(self, intent: Intent | JSON, intent_id: str, author: str | None) -> bool:
-        """Queue it under ``intent_id``; ``False`` if that id was queued already."""
+    @staticmethod
+    def _named(intent_id: str | None) -> tuple[str, bool]:
+        """The id to submit under, and whether the caller named it."""
+        if intent_id is None:
+            return GENERATED + uuid.uuid4().hex, False
+        return room_keys.check_name(intent_id, "intent id"), True
+
+    async def _submit(
+        self,
+        intent: Intent | JSON,
+        intent_id: str,
+        named: bool,
+        author: str | None,
+        retry_of: IntentOutcome | None,
+    ) -> bool:
+        """Queue it under ``intent_id``; ``False`` if that (caller-named) id was queued
+        already."""
         if isinstance(intent, Intent):
             payload, decoded = encode_intent(intent), intent
             check_targets(intent)
@@ -140,8 +179,31 @@ class IntentQueue:
         prepare_transact(
             [Present(k) for k in read], decoded.writes, decoded.appends, self.scope.store.limits
         )
+        data: dict[str, JSON] = {
+            "queue": self.keys.name,
+            "id": intent_id,
+            "keys": sorted(set(read)),  # what the writer reads to apply it
+            "intent": payload,  # so the writer reads no record to apply it
+        }
+        if retry_of is not None:
+            if not isinstance(retry_of, IntentOutcome) or retry_of.place is None:
+                raise BadRequest("retry_of is the settled outcome of an earlier intent")
+            data["place"] = retry_of.place
         await self._check_depth()
+        submitted = Append(SUBMITTED, data, author)
+        if not named:
+            queue = [SetAdd(self.keys.queued, intent_id)]
+            if self._checked:
+                await self.scope.store.transact(self.scope.room, (), queue, [submitted])
+            else:  # the first: the room must exist, and the queue is marked in it
+                marker = Put(self.keys.marker, {"queue": self.keys.name})
+                await self.scope.transact((), [marker, *queue], [submitted])
+                self._checked = True
+            self._since += 1
+            return True
         digest, size = _digest(payload)
+        data["digest"] = digest  # the settled record keeps it, to tell a re-used id
+        submitted = Append(SUBMITTED, data, author)
         item = {
             "id": intent_id,
             "status": QUEUED,
@@ -150,17 +212,10 @@ class IntentQueue:
             "bytes": size,
             "failures": 0,
         }
-        data = {
-            "queue": self.keys.name,
-            "id": intent_id,
-            "keys": sorted(set(read)),  # what the writer reads to apply it
-        }
         key = self.keys.item(intent_id)
         try:
             await self.scope.transact(
-                [Absent(key)],
-                [Put(key, item), SetAdd(self.keys.queued, intent_id)],
-                [Append(SUBMITTED, data, author)],
+                [Absent(key)], [Put(key, item), SetAdd(self.keys.queued, intent_id)], [submitted]
             )
         except VersionConflict as exc:
             if key not in exc.conflicts:
@@ -176,15 +231,23 @@ class IntentQueue:
 
     async def _check_depth(self) -> None:
         """``RateLimited`` if the queue is full. The depth is read before a submission
-        unless the last reading, plus this object's submissions since, is under half
-        the limit and younger than ``DEPTH_EVERY`` seconds (so others' submissions
-        within that time can take the queue over the limit)."""
+        unless the last reading in this process (by any ``IntentQueue`` of this queue on
+        a handle of the same store), plus this object's submissions since, is under half
+        the limit and younger than ``DEPTH_EVERY`` seconds (so others' submissions within
+        that time can take the queue over the limit)."""
         now = time.monotonic()
+        readings = _readings.setdefault(self.scope.store.session.shared, {})
+        place = (self.scope.room, self.keys.name)
+        depth, read_at = readings.get(place, (0, -DEPTH_EVERY))
+        if read_at > self._read_at:  # another object read it since: start from that
+            self._depth, self._since, self._read_at = depth, 0, read_at
         if self._depth + self._since < self.max_depth / 2 and now - self._read_at < DEPTH_EVERY:
             return
-        self._read_at = now  # the submitters of this object meanwhile trust the last one
+        self._read_at = now  # the submitters of this process meanwhile trust the last one
+        readings[place] = (self._depth + self._since, now)
         depth = await self.depth()
         self._depth, self._since = depth, 0
+        readings[place] = (depth, now)
         if depth >= self.max_depth:
             raise RateLimited(
                 await self._retry_after(depth), f"queue {self.keys.name!r} holds {depth} intents"
@@ -194,8 +257,14 @@ class IntentQueue:
         return await self.scope.store.set_size(self.scope.room, self.keys.queued)
 
     async def outcome(self, intent_id: str) -> IntentOutcome:
+        """The intent's outcome as recorded: ``queued`` until the writer settled it.
+        ``NotFound`` for an id the submitter named that was never queued (or whose settled
+        record is past its retention); an id :meth:`submit` generated has no record until
+        it is settled, so it reads as ``queued`` until then (and after its retention)."""
         key = self.keys.item(room_keys.check_name(intent_id, "intent id"))
         item = (await self.scope.read([key])).value(key)
+        if item is None and intent_id.startswith(GENERATED):
+            return IntentOutcome(intent_id, QUEUED)
         if item is None:
             raise NotFound(f"no intent {intent_id!r} in queue {self.keys.name!r}")
         return _outcome(intent_id, item)

@@ -51,6 +51,8 @@ class _Step:
     id: str = field(init=False)  # the intent id (a stray one without a usable id: seq-<n>)
     item: str = field(init=False)  # the intent's record
     read_keys: list[str] = field(init=False)  # what applying it reads
+    carried: JSON = field(init=False)  # the intent, if the event carries it
+    place: int = field(init=False)  # what it is ordered by in its batch
 
     def __post_init__(self) -> None:
         try:
@@ -60,9 +62,18 @@ class _Step:
         found = _field(self.event, "keys")
         keys = [k for k in found if isinstance(k, str)] if isinstance(found, list) else []
         item = self.q.item(intent_id)
+        carried = _field(self.event, "intent")
+        place = _field(self.event, "place")
+        if isinstance(place, bool) or not isinstance(place, int) or place > self.event.seq:
+            place = self.event.seq  # no place of an earlier intent: its own
         object.__setattr__(self, "id", intent_id)
         object.__setattr__(self, "item", item)
-        object.__setattr__(self, "read_keys", [self.q.cursor, item, *keys])
+        object.__setattr__(self, "carried", carried if isinstance(carried, dict) else None)
+        object.__setattr__(self, "place", place)
+        # an intent the event carries needs no read of its record: the cursor's compare
+        # alone makes it applied once (a submission is appended once per id)
+        own = [self.q.cursor] if self.carried is not None else [self.q.cursor, item]
+        object.__setattr__(self, "read_keys", [*own, *keys])
 
     def change(
         self,
@@ -78,7 +89,7 @@ class _Step:
         ``wq.<kind>`` event naming the writer and its fence."""
         cursor = view.get(self.q.cursor) or {"seq": 0}
         moved = {**cursor, **(stats or {}), "seq": self.event.seq, "at": view.now}
-        head = {"queue": self.q.name, "id": self.id, "seq": self.event.seq}
+        head = {"queue": self.q.name, "id": self.id, "seq": self.event.seq, "place": self.place}
         by = {"by": self.lock.owner, "fence": self.lock.fence}
         return Change(
             writes=[*writes, Put(self.q.cursor, moved)],
@@ -90,9 +101,18 @@ class _Step:
     def consumed(self, view: View) -> bool:
         return int((view.get(self.q.cursor) or {"seq": 0})["seq"]) >= self.event.seq
 
+    def queued_item(self, state: View) -> JSON:
+        """The intent's queued record: the one the event carries, or the one written."""
+        if self.carried is None:
+            return state.get(self.item)
+        item = {"id": self.id, "status": QUEUED, "intent": self.carried}
+        digest = _field(self.event, "digest")  # an id named by the submitter: kept, to
+        return item if digest is None else {**item, "digest": digest}  # tell a re-use
+
     def settle(self, now: float, item: dict[str, Any], status: str, reason: JSON) -> list[Write]:
         kept = {k: v for k, v in item.items() if k != "intent"}  # settled: not needed again
-        settled = {**kept, "status": status, "reason": reason, "seq": self.event.seq}
+        seq = self.event.seq
+        settled = {**kept, "status": status, "reason": reason, "seq": seq, "place": self.place}
         return [
             Put(self.item, {**settled, "at": now}, ttl=self.retention),
             SetRemove(self.q.queued, self.id),
@@ -148,6 +168,9 @@ class _Batch:
     ops: int
     size: int
     last: _Step | None = None
+    taken: int = 0  # steps taken (in the batch's order), settled by it or before
+    seen: list[_Step] = field(default_factory=list)  # the steps it settles
+    whole: bool = False  # all the steps it was given, in their place order
 
     def fits(self, writes: int, appends: int, size: int, limit: _Limit) -> bool:
         first = not self.settled and self.last is None
@@ -180,34 +203,27 @@ def _apply_batch(
     limit: _Limit,
     stats: Callable[[int], dict[str, Any]],
 ) -> Change:
-    """Settle ``steps`` (in queue order) in one change: each intent's predicates are
-    evaluated on the state the intents before it left, its writes and outcome join the
-    batch, and the cursor moves past the last one settled. The outcomes of rejected
-    intents are appended first: their submitters, who must retry, learn it before the
-    winners, so the next batch starts with them (the queue's order rotates). Stops
-    before an intent that would take the batch over ``limit``, or before one that
-    cannot be applied (raising ``Poison`` when it is the first). ``result``: the steps
-    taken and their outcomes; ``stats(settled)`` is merged into the cursor (the
-    writer's throughput)."""
+    """Settle ``steps`` (consecutive submissions, in log order) in one change: each
+    intent's predicates are evaluated on the state the intents before it left, its writes
+    and outcome join the batch, and the cursor moves past the last one. The order is the
+    steps' *place* (a retry's is the rejected intent's place, see ``_Step.place``), then
+    their seq: the oldest waiter is evaluated first on each fresh state. If the whole
+    batch does not fit ``limit`` in that order, or one of its intents cannot be applied,
+    the batch is the longest prefix in log order that fits instead (raising ``Poison``
+    when not even the first can be applied). The outcomes of rejected intents are
+    appended first: their submitters, who must retry, learn it before the winners.
+    ``result``: the steps taken and their outcomes; ``stats(settled)`` is merged into the
+    cursor (the writer's throughput)."""
     view.need(k for step in steps for k in step.read_keys)
-    batch = _Batch(_Running(view), {}, [], [], [], ops=len(view._keys) + 1, size=0)
-    taken = 0
-    for step in steps[: limit.count]:
-        if step.consumed(view):
-            taken += 1  # another writer settled it already
-            continue
-        try:
-            if not _settle_one(batch, step, limit):
-                break
-        except (BadRequest, KeyError, TypeError, ValueError, AttributeError) as exc:
-            if taken == 0:
-                raise Poison(exc) from exc
-            break
-        taken += 1
+    steps = steps[: limit.count]
+    ordered = sorted(steps, key=lambda step: (step.place, step.event.seq))
+    batch = _settled(view, ordered, limit, whole=True) if ordered != steps else None
+    batch = batch or _prefix(view, steps, limit)
+    taken = len(steps) if batch.whole else batch.taken
     result = {"taken": taken, "settled": batch.settled, "at": view.now}
     if batch.last is None:
         return Change(result=result)
-    last = batch.last
+    last = max(batch.seen, key=lambda step: step.event.seq)  # the cursor's new place
     cursor = view.get(last.q.cursor) or {"seq": 0}
     moved = {**cursor, **stats(len(batch.settled)), "seq": last.event.seq, "at": view.now}
     writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
@@ -217,6 +233,39 @@ def _apply_batch(
         [i, a.type, a.data] for i, a in enumerate(appends) if a.type.startswith("wq.")
     ]  # to tell this process's waiters (rooms.follow.tell) without a read of the log
     return Change(writes, appends, [last.lock.guard()], result)
+
+
+def _prefix(view: View, steps: Sequence[_Step], limit: _Limit) -> _Batch:
+    batch = _settled(view, steps, limit, whole=False)
+    if batch is None:
+        raise AssertionError("a prefix batch is never refused")
+    return batch
+
+
+def _settled(view: View, steps: Sequence[_Step], limit: _Limit, *, whole: bool) -> _Batch | None:
+    """The batch of ``steps`` in the given order. ``whole``: all of them or ``None``;
+    otherwise the longest prefix that fits (``Poison`` if the first cannot be applied)."""
+    batch = _Batch(_Running(view), {}, [], [], [], ops=len(view._keys) + 1, size=0)
+    for step in steps:
+        if step.consumed(view):
+            batch.taken += 1  # another writer settled it already
+            continue
+        try:
+            fits = _settle_one(batch, step, limit)
+        except (BadRequest, KeyError, TypeError, ValueError, AttributeError) as exc:
+            if whole:
+                return None
+            if batch.taken == 0:
+                raise Poison(exc) from exc
+            break
+        if not fits:
+            if whole:
+                return None
+            break
+        batch.taken += 1
+        batch.seen.append(step)
+    batch.whole = whole
+    return batch
 
 
 def _apply_intent(view: View, _: None, *, step: _Step, stats: dict[str, Any]) -> Change:
@@ -232,8 +281,8 @@ def _apply_intent(view: View, _: None, *, step: _Step, stats: dict[str, Any]) ->
 def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
     """Add ``step``'s outcome to ``batch``; ``False`` (nothing added) if it does not fit."""
     state = batch.state
-    item = state.get(step.item)
-    head = {"queue": step.q.name, "id": step.id, "seq": step.event.seq}
+    item = step.queued_item(state)
+    head = {"queue": step.q.name, "id": step.id, "seq": step.event.seq, "place": step.place}
     by = {"by": step.lock.owner, "fence": step.lock.fence}
     if not isinstance(item, dict) or item.get("status") != QUEUED:  # duplicate or stray
         if not batch.fits(0, 1, 0, limit):
@@ -331,7 +380,7 @@ def _add(current: JSON, inc: Increment) -> int | float:
 def _dead_letter(view: View, _: None, *, step: _Step, failures: int, error: Exception) -> Change:
     if step.consumed(view):
         return Change()
-    item = view.get(step.item) or {"id": step.id, "intent": None}
+    item = step.queued_item(view) or {"id": step.id, "intent": None}
     reason = _error(error)
     letter = {"id": step.id, "seq": step.event.seq, "intent": item.get("intent")}
     writes = [
@@ -343,6 +392,8 @@ def _dead_letter(view: View, _: None, *, step: _Step, failures: int, error: Exce
 
 def _count_failure(view: View, _: None, *, step: _Step, error: Exception) -> Change:
     item = view.get(step.item)
+    if item is None and step.carried is not None and not step.consumed(view):
+        item = {"id": step.id, "status": QUEUED}  # the count's record, once it fails
     if item is None or item.get("status") != QUEUED:
         raise BadRequest("nothing to count the failure on")
     failures = int(item.get("failures", 0)) + 1

@@ -10,6 +10,7 @@ import time
 from functools import partial
 from typing import Any
 
+from agentrooms.commit import Change, View
 from agentrooms.errors import (
     BadRequest,
     InvalidTransition,
@@ -24,7 +25,7 @@ from agentrooms.rooms.follow import tell
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import Event
+from agentrooms.store.types import Delete, Event, Put, Record, Snapshot
 from agentrooms.writer.model import DEAD, OUTAGE_PAUSE, SUBMITTED, QueueKeys
 from agentrooms.writer.queue import DEPTH_EVERY, _scope_of
 from agentrooms.writer.transitions import (
@@ -38,6 +39,9 @@ from agentrooms.writer.transitions import (
 )
 
 __all__ = ["Writer"]
+
+GUESS_FOR = 1.0  # seconds the records a writer last wrote stand in for a read
+KNOWN_KEYS = 10_000  # records remembered for that, at most
 
 
 class _Throughput:
@@ -99,6 +103,10 @@ class Writer:
         self._lost: Lock | None = None
         self._depth_at = -DEPTH_EVERY  # when the depth gauge was last set
         self._ahead: tuple[int, asyncio.Future[list[Event]]] | None = None  # a page read ahead
+        self._gauges: set[asyncio.Future[None]] = set()  # refreshes of the depth gauge
+        self._stale = False  # intents settled since the gauge was last refreshed
+        self._known: dict[str, Record | None] = {}  # records as last read or written
+        self._known_at = (0.0, -GUESS_FOR)  # the store's clock then, and the local one
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Queue for the lock, serve while holding it, queue again when deposed; release
@@ -136,6 +144,8 @@ class Writer:
                     await asyncio.sleep(OUTAGE_PAUSE)
         finally:
             self._drop_ahead()
+            for gauge in list(self._gauges):
+                await gauge  # a read, soon done; the gauge is forgotten after it
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -152,6 +162,8 @@ class Writer:
                     return total
         finally:
             self._drop_ahead()
+            for gauge in list(self._gauges):
+                await gauge
 
     async def position(self) -> int:
         cursor = (await self.scope.read([self.keys.cursor])).value(self.keys.cursor)
@@ -177,12 +189,18 @@ class Writer:
         except BaseException:
             self._drop_ahead()
             raise
-        now = time.monotonic()
-        if not events or now - self._depth_at >= DEPTH_EVERY:  # the gauge, not every write
+        now, self._stale = time.monotonic(), self._stale or settled > 0
+        # the gauge: every DEPTH_EVERY, and once idle after a batch, off the batches' path
+        if now - self._depth_at >= DEPTH_EVERY or (not events and self._stale):
+            self._depth_at, self._stale = now, False
+            self._gauges.add(task := asyncio.ensure_future(self._gauge()))
+            task.add_done_callback(self._gauges.discard)
+        return position, len(events), settled
+
+    async def _gauge(self) -> None:
+        with contextlib.suppress(Exception):  # a gauge, not worth a failure
             depth = await self.scope.store.set_size(self.scope.room, self.keys.queued)
             self.metrics.depth(self.scope.room, self.keys.name, depth)
-            self._depth_at = now
-        return position, len(events), settled
 
     async def _page(self, position: int, page: int) -> list[Event]:
         """The events after ``position``: the page read ahead for it, if there is one."""
@@ -243,9 +261,23 @@ class Writer:
         def stats(count: int) -> dict[str, Any]:
             return {"rate": self._rate.rate(count, started)}
 
-        apply = partial(_apply_batch, steps=steps, limit=limit, stats=stats)
-        read_keys = dict.fromkeys(k for step in steps for k in step.read_keys)
-        committed = await self.scope.commit(apply, None, list(read_keys))
+        batch = partial(_apply_batch, steps=steps, limit=limit, stats=stats)
+        seen: list[tuple[View, Change]] = []
+
+        def apply(view: View, event: None) -> Change:
+            change = batch(view, event)
+            seen.append((view, change))
+            return change
+
+        read_keys = list(dict.fromkeys(k for step in steps for k in step.read_keys))
+        try:
+            committed = await self.scope.commit(
+                apply, None, read_keys, guess=self._guess(read_keys)
+            )
+        except BaseException:
+            self._known.clear()
+            raise
+        self._remember(*seen[-1], committed.versions)
         done = committed.result
         elapsed = time.monotonic() - started
         if done.get("appends") == len(committed.seqs):
@@ -260,12 +292,43 @@ class Writer:
             self.metrics.settled(outcome["status"], elapsed, done["at"] - outcome["time"])
         return int(done["taken"]), len(done["settled"])
 
+    def _guess(self, read_keys: list[str]) -> Snapshot | None:
+        """The records a batch reads, as this writer last wrote or read them, if it knows
+        them all and recently (the store's clock advanced by the local one): a batch then
+        needs no read. A wrong guess costs nothing but a refused transact: the commit
+        compares every version, then reads and retries."""
+        keys = [room_keys.META, room_keys.ARCHIVED, *read_keys]
+        now, at = self._known_at
+        elapsed = time.monotonic() - at
+        if elapsed > GUESS_FOR or any(k not in self._known for k in keys):
+            return None
+        records = {k: r for k in keys if (r := self._known[k]) is not None}
+        return Snapshot(records, now + elapsed)
+
+    def _remember(self, view: View, change: Change, versions: dict[str, int]) -> None:
+        """What a committed batch leaves: the records it read, then its writes."""
+        now = view.now
+        known = {k: view._snapshot.get(k) for k in view._keys}
+        for w in change.writes:
+            if isinstance(w, Put) and w.key in versions:
+                expires = None if w.ttl is None else now + w.ttl
+                known[w.key] = Record(w.key, w.value, versions[w.key], expires)
+            elif isinstance(w, Delete):
+                known[w.key] = None
+        if len(known) > KNOWN_KEYS:
+            self._known.clear()
+        self._known.update(known)
+        self._known_at = (now, time.monotonic())
+
     async def _wait(self, position: int, stop: asyncio.Event | None) -> None:
         """Until the log moves past ``position``, ``stop`` is set, or it is time to look
-        at the lock again."""
+        at the lock again; the events that moved it become the next page (one round trip
+        where the store's blocking read returns them)."""
         self._check()
         timeout = min(self.idle, self.lock_ttl / 3)
-        watch = asyncio.ensure_future(self.scope.store.watch(self.scope.room, position, timeout))
+        page = min(self.scope.store.limits.max_page, 2 * self.batch)
+        follow = self.scope.store.follow_log(self.scope.room, position, timeout, page)
+        watch = asyncio.ensure_future(follow)
         waiting = {watch} if stop is None else {watch, asyncio.ensure_future(stop.wait())}
         done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
@@ -274,6 +337,8 @@ class Writer:
                 await task
         for task in done:
             task.result()
+        if watch in done:
+            self._ahead = (position, watch)
 
     async def _apply(self, step: _Step) -> int:
         """Settle one submission alone: applied / rejected, or after ``max_failures``
@@ -297,6 +362,7 @@ class Writer:
                 await asyncio.sleep(self.retry_delay * failures)
                 continue
             started = time.monotonic()
+            self._known.clear()  # these writes are not remembered
             bury = partial(_dead_letter, step=step, failures=failures, error=error)
             result = await self.scope.commit(bury, None, [self.keys.cursor, step.item])
             if result.result is None:
@@ -309,9 +375,10 @@ class Writer:
     async def _failed(self, step: _Step, exc: Exception, local: int) -> int:
         """Count one failure on the intent's record (a restarted writer continues the
         count); returns the count."""
+        self._known.clear()  # its write is not remembered
         try:
             result = await self.scope.commit(
-                partial(_count_failure, step=step, error=exc), None, [step.item]
+                partial(_count_failure, step=step, error=exc), None, [step.item, self.keys.cursor]
             )
         except (StaleFence, InvalidTransition, NotFound):
             raise
