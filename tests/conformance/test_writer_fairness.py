@@ -1,6 +1,7 @@
 """The designated writer's fairness on every backend: conditional intents on one hot
 record serve every submitter (a retry keeps its place), and a batch decided on the
-records the writer remembers is still decided on what the store holds."""
+records the writer remembers is still decided on what the store holds; a submission,
+which compares nothing of the queue's, still fails at once on an archived room."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from agentrooms.commit import Intent, Where
+from agentrooms.errors import InvalidTransition
 from agentrooms.rooms import Room, Rooms
 from agentrooms.store import Append, Put, Store
 from agentrooms.writer import IntentQueue, Writer, WriterMetrics
@@ -130,3 +132,21 @@ async def test_no_submitter_of_conditional_intents_starves(store: Store, room: R
     assert sorted(winners) == list(range(n))  # everyone, once
     assert winners == first_round  # round robin, oldest waiter first
     assert (await store.read(room.name, ["counter"])).value("counter") == {"n": n}
+
+
+# ------------------------------------------------------------------------ submitting
+
+
+async def test_a_submission_to_a_room_archived_since_fails_at_once(
+    store: Store, room: Room
+) -> None:
+    """The queue's first submission and every later one are guarded by the room's
+    archive state: after the room is archived, a submission raises instead of queueing an
+    intent that no writer will apply."""
+    queue = IntentQueue(room)
+    await queue.submit(Intent([], [Put("counter", {"n": 1})]))
+    await Rooms(store).archive(room.name)
+    with pytest.raises(InvalidTransition, match="archived"):
+        await queue.submit(Intent([], [Put("counter", {"n": 2})]))
+    with pytest.raises(InvalidTransition, match="archived"):
+        await queue.submit_and_wait(Intent([], [Put("counter", {"n": 3})]), timeout=5)

@@ -49,9 +49,8 @@ Rules:
   refuses its writes...) is retried; after ``max_failures`` it goes to the dead letters
   with its reason, and the queue moves on. A store outage is not counted against it.
 * **Submitting.** Without an ``intent_id``, ``submit`` is one append and the queued
-  set's add (the room's existence checked on an ``IntentQueue``'s first submission
-  only: a room archived since is not served, and its submitters time out); its
-  generated id reads as ``queued`` until settled. With an ``intent_id``, the intent's
+  set's add, guarded by the room's existence and archive state; its generated id reads
+  as ``queued`` until settled. With an ``intent_id``, the intent's
   record is written too (compared absent): idempotent by id.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
   ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.

@@ -103,7 +103,7 @@ class IntentQueue:
             raise BadRequest("max_depth must be a positive integer")
         self.max_depth = max_depth
         self._depth, self._since, self._read_at = 0, 0, -DEPTH_EVERY  # the last depth read
-        self._checked = False  # the room was found live by a guarded submission
+        self._marked = False  # this object wrote the queue's marker record
 
     async def submit(
         self,
@@ -120,9 +120,10 @@ class IntentQueue:
         :mod:`agentrooms.writer`).
 
         One transact, O(1), ordered by the store, never conflicting with another
-        submission: without ``intent_id`` it is the ``wq.submitted`` append (carrying the
-        intent) and the queued set's add; the room's existence is checked on this
-        object's first submission only (which also writes the queue's marker record).
+        submission, guarded by the room's existence and archive state (``NotFound``,
+        ``RoomArchived``): without ``intent_id`` it is the ``wq.submitted`` append
+        (carrying the intent) and the queued set's add (this object's first submission
+        also writes the queue's marker record).
         With ``intent_id`` it also writes the intent's
         record, so it is idempotent: the same intent again returns the id and queues
         nothing; another one under that id raises ``IdempotencyMismatch``.
@@ -192,13 +193,11 @@ class IntentQueue:
         await self._check_depth()
         submitted = Append(SUBMITTED, data, author)
         if not named:
-            queue = [SetAdd(self.keys.queued, intent_id)]
-            if self._checked:
-                await self.scope.store.transact(self.scope.room, (), queue, [submitted])
-            else:  # the first: the room must exist, and the queue is marked in it
-                marker = Put(self.keys.marker, {"queue": self.keys.name})
-                await self.scope.transact((), [marker, *queue], [submitted])
-                self._checked = True
+            queue: list[Put | SetAdd] = [SetAdd(self.keys.queued, intent_id)]
+            if not self._marked:  # the first: the queue is marked in the room
+                queue.append(Put(self.keys.marker, {"queue": self.keys.name}))
+            await self.scope.transact((), queue, [submitted])
+            self._marked = True
             self._since += 1
             return True
         digest, size = _digest(payload)
