@@ -15,15 +15,18 @@ from importlib import resources
 from typing import Any
 
 from agentrooms.errors import StaleFence, VersionConflict
-from agentrooms.store.redis.keys import RoomKeys
-from agentrooms.store.redis.wire import pack_command
+from agentrooms.store.redis.keys import RoomKeys, room_keys
+from agentrooms.store.redis.wire import Arg, pack_command
 from agentrooms.store.types import (
     Absent,
     Compare,
     Event,
     FenceAtMost,
+    Glance,
     PreparedWrite,
     Record,
+    ScanPage,
+    Snapshot,
     VersionIs,
     fence_of,
     stored_event,
@@ -181,3 +184,37 @@ def failure(compares: list[Compare], reply: list[Any]) -> Exception:
 
 def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any) -> Glance:
+    """A ``glance.lua`` reply as the room's :class:`Glance`."""
+    sizes = dict(zip(sets, reply[2 : 2 + len(sets)], strict=True))
+    found = {}
+    at = 2 + len(sets)
+    for i, key in enumerate(keys):
+        version = reply[at + 3 * i]
+        if version is not None:
+            found[key] = record(key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2])
+    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[1], sizes)
+
+
+def scan_args(
+    prefix: str, room: str, key_prefix: str, after: str | None, limit: int
+) -> tuple[list[Arg], list[Arg]]:
+    """``scan.lua``'s KEYS and ARGV for one room's page."""
+    keys = room_keys(prefix, room)
+    low = b"[" + key_prefix.encode() if key_prefix else b"-"
+    if after is not None and after >= key_prefix:
+        low = b"(" + after.encode()
+    high = b"(" + key_prefix.encode() + b"\xff" if key_prefix else b"+"
+    return [keys.scan], [keys.record, low, high, limit]
+
+
+def scan_page(reply: Any) -> ScanPage:
+    """A ``scan.lua`` reply as a :class:`ScanPage`."""
+    records = [
+        record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
+        for i in range(2, len(reply), 4)
+    ]
+    next_after = None if reply[1] is None else reply[1].decode()
+    return ScanPage(records, next_after, reply[0] / 1000.0)
