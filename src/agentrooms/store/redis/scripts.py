@@ -17,6 +17,7 @@ from typing import Any
 from agentrooms.errors import StaleFence, VersionConflict
 from agentrooms.store.redis.keys import RoomKeys, room_keys
 from agentrooms.store.redis.wire import Arg, pack_command
+from agentrooms.store.validation import decode_json
 from agentrooms.store.types import (
     Absent,
     Compare,
@@ -150,7 +151,7 @@ def event(eid: bytes, fields: list[bytes]) -> Event:
     return stored_event(
         int(eid[: eid.index(b"-")]),
         fields[1].decode(),
-        json.loads(fields[3]),
+        decode_json(fields[3]),
         int(fields[5]) / 1000.0,
         None if author is None else author.decode(),
         extra.get(b"r"),
@@ -165,7 +166,7 @@ def block_ms(seconds: float) -> int:
 
 def record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
     expires_at = None if expires is None else int(expires) / 1000.0
-    return Record(key, json.loads(value), int(version), expires_at)
+    return Record(key, decode_json(value), int(version), expires_at)
 
 
 def failure(compares: list[Compare], reply: list[Any]) -> Exception:
