@@ -326,21 +326,17 @@ class RedisStore(WatchReads):
         return Snapshot(found, reply[0] / 1000.0)
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
-        """One ``glance.lua`` EVALSHA per room, all in one write (:meth:`_run_many`): one
-        network round trip, each script on its own room's hash slot."""
-        calls = []
+        """One ``glance_rooms.lua`` EVALSHA for every room: one round trip, and one script
+        run on the server, not one per room (a cluster runs ``glance.lua`` per room)."""
+        names: list[Arg] = []
         for room in rooms:
             rk = room_keys(self.prefix, room)
-            calls.append(
-                (
-                    [rk.meta] + [rk.set + n for n in sets] + [rk.record + k for k in keys],
-                    [len(sets)],
-                )
-            )
-        replies = await self._run_many(scripts.GLANCE, calls)
+            names += [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
+        reply = await self._run(scripts.GLANCE_ROOMS, names, [len(sets), len(keys)])
+        stride = 1 + len(sets) + 3 * len(keys)
         return [
-            scripts.glance_reply(room, keys, sets, reply)
-            for room, reply in zip(rooms, replies, strict=True)
+            scripts.glance_reply(room, keys, sets, reply, 1 + i * stride)
+            for i, room in enumerate(rooms)
         ]
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
@@ -385,9 +381,15 @@ class RedisStore(WatchReads):
     async def _scan_rooms(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[ScanPage]:
-        """One ``scan.lua`` EVALSHA per room, all in one write (:meth:`_run_many`)."""
+        """One ``scan_rooms.lua`` EVALSHA for every room (a cluster runs ``scan.lua`` per
+        room)."""
         calls = [scripts.scan_args(self.prefix, room, prefix, after, limit) for room in rooms]
-        return [scripts.scan_page(reply) for reply in await self._run_many(scripts.SCAN, calls)]
+        index_keys = [keys[0] for keys, _ in calls]
+        bounds = calls[0][1][1:]  # the same for every room
+        reply = await self._run(
+            scripts.SCAN_ROOMS, index_keys, [*bounds, *(a[0] for _, a in calls)]
+        )
+        return [scripts.scan_page(page, reply[0]) for page in reply[1:]]
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         keys = room_keys(self.prefix, room)

@@ -17,7 +17,6 @@ from typing import Any
 from agentrooms.errors import StaleFence, VersionConflict
 from agentrooms.store.redis.keys import RoomKeys, room_keys
 from agentrooms.store.redis.wire import Arg, pack_command
-from agentrooms.store.validation import decode_json
 from agentrooms.store.types import (
     Absent,
     Compare,
@@ -32,6 +31,7 @@ from agentrooms.store.types import (
     fence_of,
     stored_event,
 )
+from agentrooms.store.validation import decode_json
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
@@ -57,7 +57,20 @@ READ_LOG = Script("read_log")
 TRIM_LOG = Script("trim_log")
 SET_PICK = Script("set_pick")
 DELETE_ROOM = Script("delete_room")
-SCRIPTS = (TRANSACT, READ, GLANCE, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
+GLANCE_ROOMS = Script("glance_rooms")  # one server only: its keys span slots
+SCAN_ROOMS = Script("scan_rooms")  # the same
+SCRIPTS = (
+    TRANSACT,
+    READ,
+    GLANCE,
+    SCAN,
+    READ_LOG,
+    TRIM_LOG,
+    SET_PICK,
+    DELETE_ROOM,
+    GLANCE_ROOMS,
+    SCAN_ROOMS,
+)
 WRITES = frozenset({TRANSACT, TRIM_LOG, SET_PICK, DELETE_ROOM})
 """The scripts that may write: with ``?wait=N`` each is followed by ``WAIT``."""
 
@@ -187,16 +200,17 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any) -> Glance:
-    """A ``glance.lua`` reply as the room's :class:`Glance`."""
-    sizes = dict(zip(sets, reply[2 : 2 + len(sets)], strict=True))
+def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any, at: int = 1) -> Glance:
+    """A room's :class:`Glance` from a ``glance.lua`` reply (or the room's slots of a
+    ``glance_rooms.lua`` one, from ``at``, with the time in ``reply[0]``)."""
+    sizes = dict(zip(sets, reply[at + 1 : at + 1 + len(sets)], strict=True))
     found = {}
-    at = 2 + len(sets)
+    at += 1 + len(sets)
     for i, key in enumerate(keys):
         version = reply[at + 3 * i]
         if version is not None:
             found[key] = record(key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2])
-    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[1], sizes)
+    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[at - 1 - len(sets)], sizes)
 
 
 def scan_args(
@@ -211,11 +225,15 @@ def scan_args(
     return [keys.scan], [keys.record, low, high, limit]
 
 
-def scan_page(reply: Any) -> ScanPage:
-    """A ``scan.lua`` reply as a :class:`ScanPage`."""
+def scan_page(reply: Any, now_ms: int | None = None) -> ScanPage:
+    """A ``scan.lua`` reply as a :class:`ScanPage` (or one page of a ``scan_rooms.lua``
+    reply, which has no time of its own: ``now_ms``, the reply's)."""
+    at = 1 if now_ms is not None else 2
+    if now_ms is None:
+        now_ms = reply[0]
     records = [
         record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
-        for i in range(2, len(reply), 4)
+        for i in range(at, len(reply), 4)
     ]
-    next_after = None if reply[1] is None else reply[1].decode()
-    return ScanPage(records, next_after, reply[0] / 1000.0)
+    next_after = None if reply[at - 1] is None else reply[at - 1].decode()
+    return ScanPage(records, next_after, now_ms / 1000.0)
