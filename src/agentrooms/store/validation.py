@@ -14,6 +14,7 @@ import json.scanner
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from agentrooms.errors import BadRequest, PayloadTooLarge, StaleFence, VersionConflict
 from agentrooms.store.types import (
@@ -237,7 +238,10 @@ def with_outcome(value_json: str, versions: Mapping[str, int], seqs: Sequence[in
     return f'{{"{OUTCOME_FIELD}":{done}{rest}'
 
 
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed types make_scanner's argument as a scanner; it takes the decoder it scans for
+_scan_json: Callable[[str, int], tuple[JSON, int]] = json.scanner.make_scanner(
+    cast(Any, json.JSONDecoder())
+)
 
 
 def decode_json(text: str | bytes) -> JSON:
