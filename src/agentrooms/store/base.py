@@ -178,9 +178,9 @@ class Store(abc.ABC):
         self, rooms: Sequence[str], keys: Sequence[str], sets: Sequence[str] = ()
     ) -> list[Glance]:
         """Records ``keys``, the newest sequence number and the sizes of sets ``sets`` of
-        each of ``rooms``, in the order of ``rooms``, as one call to the backend (one
-        statement, one worker job or one pipelined write): what describes a page of
-        rooms without a round trip per room.
+        each of ``rooms``, in the order of ``rooms``, as one request (one statement, one
+        worker job, one script run on Redis, one write per node on a cluster): what
+        describes a page of rooms without a round trip per room.
 
         Each room's :class:`Glance` is one snapshot (as :meth:`read`); different rooms'
         may be from different instants. A room that holds nothing reads as empty. At most
@@ -230,9 +230,9 @@ class Store(abc.ABC):
         different instants; continue a room with :meth:`scan` from its ``next_after``.
         At most ``limits.max_page`` rooms; ``BadRequest`` otherwise.
 
-        One request: one worker job (SQLite), one statement (PostgreSQL), one pipelined
-        write of one script call per room (Redis; on a cluster one per node that owns
-        some of the rooms, sent concurrently).
+        One request: one worker job (SQLite), one statement (PostgreSQL), one script run
+        over every room (Redis; on a cluster a script per room, in one write to each node
+        that owns some of the rooms, the nodes at once).
         """
         if isinstance(rooms, str):
             raise BadRequest("rooms must be a sequence of strings, not one string")
