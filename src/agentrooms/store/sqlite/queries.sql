@@ -2,8 +2,8 @@
 --
 -- Each query: a "-- name: <name>" header, a one-line description, then one statement.
 -- The name starts with the store primitive that runs it (transact_, read_, scan_,
--- read_log_, trim_log_, last_seq, set_pick_, set_size, watch_, delete_room_), so one grep
--- finds every layer of a primitive.
+-- read_log_, trim_log_, last_seq, set_pick_, set_size, glance_, watch_, delete_room_), so
+-- one grep finds every layer of a primitive.
 -- Parameters are named. :now_ms is the store clock in milliseconds, read once per
 -- operation inside its transaction; a row is live when expires_ms IS NULL OR
 -- expires_ms > :now_ms, and an expired row is absent to every query below.
