@@ -1,7 +1,8 @@
 """Listing rooms by page: one page of rooms at a few rooms and at many, per backend.
 
 Per backend, two stores of this run only (common.store_url): one with ``--small`` rooms,
-one with ``--large``. In each, ``--rounds`` rounds time ``Rooms.page(100)`` from the
+one with ``--large``, timed in turns (each round times a call on both, so that both see
+the same load). ``--rounds`` rounds time ``Rooms.page(100)`` from the
 start, ``Rooms.page(100, after=<the middle room>)`` and the page of a token allowed one
 room (the last one) (``among=``, as ``GET /v1/rooms`` asks for a token that names
 its rooms). Reported: the median of each, and the ratio of the
@@ -38,46 +39,59 @@ async def seed(store: Store, count: int) -> list[str]:
     return names
 
 
-async def timed(rounds: int, call: Callable[[], Awaitable[RoomList]]) -> float:
-    times = []
+Calls = dict[str, Callable[[], Awaitable[RoomList]]]
+
+
+async def prepare(store: Store, count: int) -> Calls:
+    """Seed ``count`` rooms; the calls timed on them."""
+    names = await seed(store, count)
+    rooms = Rooms(store)
+    middle, last = names[len(names) // 2], names[-1]
+    first = await rooms.page(PAGE)
+    assert len(first.rooms) == min(PAGE, count)
+    return {
+        "first page": lambda: rooms.page(PAGE),
+        "middle page": lambda: rooms.page(PAGE, middle),
+        "one-room token": lambda: rooms.page(PAGE, among=[last]),
+    }
+
+
+async def measure(small: Calls, large: Calls, rounds: int) -> dict[str, tuple[float, float]]:
+    """Per call, the medians over ``rounds`` on the small and the large store, the two
+    taken in turns (each round times both), so both see the same load."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in small}
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        await call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-async def measure(url: str, count: int, rounds: int) -> dict[str, float]:
-    store = await open_store(url)
-    try:
-        names = await seed(store, count)
-        rooms = Rooms(store)
-        middle, last = names[len(names) // 2], names[-1]
-        first = await rooms.page(PAGE)
-        assert len(first.rooms) == min(PAGE, count)
-        return {
-            "first page": await timed(rounds, lambda: rooms.page(PAGE)),
-            "middle page": await timed(rounds, lambda: rooms.page(PAGE, middle)),
-            "one-room token": await timed(rounds, lambda: rooms.page(PAGE, among=[last])),
-        }
-    finally:
-        await store.close()
+        for name in small:
+            for calls, out in ((small, times[name][0]), (large, times[name][1])):
+                t0 = time.perf_counter()
+                await calls[name]()
+                out.append(time.perf_counter() - t0)
+    return {name: (statistics.median(a), statistics.median(b)) for name, (a, b) in times.items()}
 
 
 async def main(args: argparse.Namespace) -> None:
     print(machine())
     for backend in args.backends.split(","):
         with tempfile.TemporaryDirectory() as tmp:
-            async with store_url(backend, Path(tmp), "pages") as small_url:
-                small = await measure(small_url, args.small, args.rounds)
-            async with store_url(backend, Path(tmp), "pages") as large_url:
-                large = await measure(large_url, args.large, args.rounds)
+            async with (
+                store_url(backend, Path(tmp), "pages") as small_url,
+                store_url(backend, Path(tmp), "pages") as large_url,
+            ):
+                small_store = await open_store(small_url)
+                large_store = await open_store(large_url)
+                try:
+                    small = await prepare(small_store, args.small)
+                    large = await prepare(large_store, args.large)
+                    medians = await measure(small, large, args.rounds)
+                finally:
+                    await small_store.close()
+                    await large_store.close()
         print(f"\n{backend}: a page of {PAGE} rooms, medians of {args.rounds} rounds")
-        for name in small:
-            ratio = large[name] / small[name]
+        for name, (at_small, at_large) in medians.items():
             print(
-                f"  {name:15s} {args.small:>6} rooms {ms(small[name]):>9}  "
-                f"{args.large:>6} rooms {ms(large[name]):>9}  ratio {ratio:.2f} (goal <= 2)"
+                f"  {name:15s} {args.small:>6} rooms {ms(at_small):>9}  "
+                f"{args.large:>6} rooms {ms(at_large):>9}  "
+                f"ratio {at_large / at_small:.2f} (goal <= 2)"
             )
 
 

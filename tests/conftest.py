@@ -50,6 +50,8 @@ BACKENDS = (
 )
 CLUSTER_SUITES = (
     "tests/conformance/test_store.py",
+    "tests/conformance/test_glance.py",
+    "tests/conformance/test_room_pages.py",
     "tests/conformance/test_rooms.py",
     "tests/conformance/test_commit.py",
     "tests/conformance/test_sets_watch_rooms.py",
@@ -63,6 +65,8 @@ POOLED = ("postgres-pgbouncer-tx", "postgres-pgbouncer-session")
 # The suites that also run through pgbouncer (all of them would double the postgres time).
 POOLED_MODULES = (
     "tests/conformance/test_store.py",
+    "tests/conformance/test_glance.py",
+    "tests/conformance/test_room_pages.py",
     "tests/conformance/test_rooms.py",
     "tests/conformance/test_commit.py",
     "tests/conformance/test_sets_watch_rooms.py",

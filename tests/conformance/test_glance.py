@@ -1,13 +1,22 @@
-"""Store contract: ``glance``, many rooms' records, sequence and set sizes in one call."""
+"""Store contract: ``glance`` and ``scan_rooms``, many rooms' records, sequence and set
+sizes in one call, and one request: one worker job (SQLite), one statement (PostgreSQL),
+one write on the wire (Redis), one write to each primary that owns some of the rooms
+(Redis Cluster)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from agentrooms.errors import BadRequest
 from agentrooms.store import Append, Limits, Put, SetAdd, Store
+from agentrooms.store.postgres.backend import PostgresStore
+from agentrooms.store.redis.backend import RedisStore
+from agentrooms.store.redis.cluster import RedisClusterStore
+from agentrooms.store.sqlite.backend import SqliteStore
 from tests.conftest import Backend
 
 
@@ -75,3 +84,66 @@ async def test_scan_rooms_reads_each_rooms_first_page_in_the_order_asked(
         await store.scan_rooms(a, "p/")
     with pytest.raises(BadRequest):
         await store.scan_rooms([a], "p/", 0)
+
+
+async def test_scan_rooms_reads_each_room_after_a_key(store: Store, room: str) -> None:
+    a, b = room + "-a", room + "-b"
+    await store.transact(a, writes=[Put(f"p/{i}", i) for i in range(4)] + [Put("q/0", 0)])
+    await store.transact(b, writes=[Put("p/0", "b0")])
+    pa, pb = await store.scan_rooms([a, b], "p/", 2, after="p/0")
+    assert ([r.key for r in pa.records], pa.next_after) == (["p/1", "p/2"], "p/2")
+    assert (pb.records, pb.next_after) == ([], None)
+    (whole,) = await store.scan_rooms([a], "", 10, after="o")  # no prefix: to the room's end
+    assert [r.key for r in whole.records] == ["p/0", "p/1", "p/2", "p/3", "q/0"]
+    (before,) = await store.scan_rooms([a], "p/", 10, after="a")  # after sorts before prefix
+    assert [r.key for r in before.records] == ["p/0", "p/1", "p/2", "p/3"]
+    with pytest.raises(BadRequest):
+        await store.scan_rooms([a], "p/", 2, after="")
+
+
+def _requests(store: Store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], dict[Any, int]]:
+    """The requests ``store`` has sent so far, per server it sends them to."""
+    if isinstance(store, RedisClusterStore):
+        return lambda: {
+            address: node._wire.writes
+            for address, node in store._nodes.items()
+            if node._wire is not None
+        }
+    if isinstance(store, RedisStore):
+        return lambda: {"redis": 0 if store._wire is None else store._wire.writes}
+    counted = {"server": 0}
+    name = "_call" if isinstance(store, SqliteStore) else "_fetch"
+    assert isinstance(store, (SqliteStore, PostgresStore)), store
+    sent = getattr(store, name)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        counted["server"] += 1
+        return sent(*args, **kwargs)
+
+    monkeypatch.setattr(store, name, counting)
+    return lambda: dict(counted)
+
+
+@pytest.mark.parametrize("call", ["scan_rooms", "glance"])
+async def test_many_rooms_are_one_request(
+    store: Store, room: str, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    if store.backend == "memory":
+        pytest.skip("the memory store sends no requests")
+    rooms = [f"{room}-{i:02d}" for i in range(40)]
+    for name in rooms:
+        await store.transact(name, writes=[Put("p/a", name), Put("p/b", name)])
+    requests = _requests(store, monkeypatch)
+    before = requests()
+    if call == "scan_rooms":
+        pages = await store.scan_rooms(rooms, "p/", 1)
+        assert [(p.records[0].value, p.next_after) for p in pages] == [(r, "p/a") for r in rooms]
+    else:
+        glances = await store.glance(rooms, ["p/b"], [])
+        assert [g.snapshot.value("p/b") for g in glances] == rooms
+    after = requests()
+    assert after.keys() == before.keys()
+    sent = {server: after[server] - before[server] for server in after}
+    if isinstance(store, RedisClusterStore):  # 40 rooms: some on every primary
+        assert len(sent) == len(store.shards) > 1
+    assert set(sent.values()) == {1}, sent

@@ -1,5 +1,5 @@
 """Rooms listed by page: filtered before they are described, a page in one glance and
-one scan per registry shard."""
+one scan_rooms over the registry's shards."""
 
 from __future__ import annotations
 
@@ -23,11 +23,18 @@ class Trips(Forwarding):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.scans = 0
+        self.room_scans: list[int] = []  # rooms per scan_rooms call
         self.glances: list[list[str]] = []
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         self.scans += 1
         return await self.inner._scan(room, prefix, after, limit)
+
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        self.room_scans.append(len(rooms))
+        return await self.inner._scan_rooms(rooms, prefix, after, limit)
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
         self.glances.append(rooms)
@@ -46,9 +53,10 @@ async def test_rooms_by_page_each_page_one_scan_and_one_glance(store: Store) -> 
     after: str | None = names[0][:-3]  # sorts before every name of the tag
     pages = 0
     while after is not None and after.startswith(tag):
-        counted.scans, counted.glances = 0, []
+        counted.scans, counted.room_scans, counted.glances = 0, [], []
         page = await mine.page(2, after, allowed=lambda n: n.startswith(tag))
-        assert counted.scans <= SHARDS and len(counted.glances) <= 2
+        assert (counted.scans, counted.room_scans) == (0, [SHARDS])  # read ahead: one call
+        assert len(counted.glances) <= 2
         assert all(g[0].startswith(tag) for g in counted.glances)  # refused: not described
         seen += [r.name for r in page.rooms]
         assert len(page.rooms) <= 2
@@ -71,7 +79,7 @@ async def test_a_full_page_is_described_in_one_glance(store: Store) -> None:
     counted = Trips(store)
     page = await Rooms(counted).page(5, f"{tag}-", allowed=lambda n: n.startswith(tag))
     assert [r.name for r in page.rooms] == names
-    assert (counted.scans, counted.glances) == (SHARDS, [names])
+    assert (counted.scans, counted.room_scans, counted.glances) == (0, [SHARDS], [names])
     counted.glances = []
     info = await Rooms(counted).describe(names[1])
     assert (info.name, counted.glances) == (names[1], [[names[1]]])
@@ -88,12 +96,12 @@ async def test_a_page_among_named_rooms_scans_no_registry(store: Store) -> None:
     among = [names[3], names[0], names[2], f"{tag}-never"]
     page = await Rooms(counted).page(1, among=among)
     assert ([r.name for r in page.rooms], page.next_after) == ([names[0]], names[0])
-    assert (counted.scans, counted.glances) == (0, [[names[0]]])
+    assert (counted.scans, counted.room_scans, counted.glances) == (0, [], [[names[0]]])
     page = await Rooms(counted).page(5, names[0], among=among)
     assert ([r.name for r in page.rooms], page.next_after) == ([names[3]], None)
     page = await Rooms(counted).page(5, among=among, include_archived=True)
     assert [r.name for r in page.rooms] == [names[0], names[2], names[3]]
-    assert counted.scans == 0
+    assert (counted.scans, counted.room_scans) == (0, [])
 
 
 async def test_presence_and_plan_by_page(store: Store, room: str) -> None:

@@ -406,10 +406,16 @@ async def test_a_missing_script_is_loaded_again_and_the_call_goes_through(
     redis_store: RedisStore, raw: aredis.Redis
 ) -> None:
     """After SCRIPT FLUSH (a restart or failover does the same) the next calls get
-    NOSCRIPT on the wire, load their script again and succeed."""
+    NOSCRIPT on the wire, load their script again and succeed (also those of a call over
+    many rooms, each sent again alone)."""
     room = _room()
     await redis_store.transact(room, writes=[Put("before", 1)])
     await raw.script_flush()
+    pages = await redis_store.scan_rooms([room, room + "-none", room], "b", 5)
+    assert [[r.value for r in p.records] for p in pages] == [[1], [], [1]]
+    await raw.script_flush()
+    glances = await redis_store.glance([room, room + "-none"], ["before"])
+    assert [g.snapshot.value("before") for g in glances] == [1, None]
     results = await asyncio.gather(
         *(redis_store.transact(room, writes=[Put(f"k{i}", i)]) for i in range(5))
     )

@@ -196,9 +196,13 @@ async def test_a_slot_that_moves_is_followed(
 ) -> None:
     """While a slot migrates, a one-key call for a key not on the source is sent to the
     target after ASK, and a many-key one meets TRYAGAIN until its bounded backoff ends
-    (nothing done); once the slot has moved, MOVED corrects the map."""
+    (nothing done); once the slot has moved, MOVED corrects the map. A call over many
+    rooms sends the room that met ASK again alone, the others' replies kept."""
     store = cluster_store
     room = rooms_on_each_primary(store)[0]
+    others = rooms_on_each_primary(store)
+    for other in others:
+        await store.transact(other, writes=[Put("k", other)])
     slot = slot_of(room_tag(store.prefix, room))
     source = store._slots[slot]
     assert source is not None
@@ -216,6 +220,8 @@ async def test_a_slot_that_moves_is_followed(
         assert not (await store.read(room, ["k"])).records
         assert contract_calls(target[1]) >= before + 2
         assert store._slots[slot] == source  # ASK does not change the map
+        pages = await store.scan_rooms([room, *others], "", 10)
+        assert [[r.value for r in p.records] for p in pages] == [[], *([o] for o in others)]
         with pytest.raises(StoreUnavailable, match="TRYAGAIN"):
             await store.transact(room, writes=[Put("k", "x")], appends=[Append("t", {})])
     finally:

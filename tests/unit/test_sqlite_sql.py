@@ -29,7 +29,7 @@ from agentrooms.store.sqlite.sql import (
 
 def test_every_query_is_named_described_and_used() -> None:
     queries = parse_queries(read_text("queries.sql"))
-    primitives = "read|transact|scan|trim_log|last_seq|set_pick|set_size|watch|delete_room"
+    primitives = "read|transact|scan|trim_log|last_seq|set_pick|set_size|glance|watch|delete_room"
     used = set(re.findall(rf'"((?:{primitives})\w*)"', _source()))
     assert set(queries) == used
     for query in queries.values():

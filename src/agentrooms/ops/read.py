@@ -174,13 +174,10 @@ class Ops:
         pass as ``after`` for the next page, ``None`` at the end."""
         names: list[str] = []
         registered = registry.Names(self.store, after, registry.batch_for(limit))
-        more = False
-        while (name := await registered.next()) is not None:
-            if allowed is None or allowed(name):
-                if len(names) == limit:
-                    more = True
-                    break
-                names.append(name)
+        while len(names) <= limit and (got := await registered.take(limit + 1 - len(names))):
+            names += got if allowed is None else [n for n in got if allowed(n)]
+        more = len(names) > limit
+        del names[limit:]
         now = (await self.store.read(keys.REGISTRY, [])).now
         return RoomsPage(
             now=now,

@@ -14,6 +14,7 @@ registry describe what they list and leave out what they cannot describe.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 from collections import deque
 
@@ -47,46 +48,95 @@ async def unregister(store: Store, room: str) -> None:
 
 
 class _Shard:
-    """One shard's scan, read ahead by ``batch`` names."""
+    """One shard's names read but not yet merged (in name order), and where it goes on."""
 
-    def __init__(self, store: Store, room: str, after: str | None, batch: int) -> None:
-        self.store, self.room, self.batch = store, room, batch
-        self.cursor = None if after is None else keys.registry_entry(after)
-        self.names: deque[str] = deque()
+    __slots__ = ("cursor", "done", "names", "room")
+
+    def __init__(self, room: str, cursor: str | None) -> None:
+        self.room, self.cursor = room, cursor  # the registry key to read on after
+        self.names: list[str] = []
         self.done = False
-
-    async def fill(self) -> None:
-        page = await self.store.scan(self.room, _PREFIX, self.cursor, self.batch)
-        self.names.extend(r.key[len(_PREFIX) :] for r in page.records)
-        self.cursor, self.done = page.next_after, page.next_after is None
 
 
 class Names:
     """The registered names after ``after`` in name order, merged from every shard.
 
-    ``batch`` names are read ahead per shard and scan (all shards that ran dry are
-    scanned at once), so reading the first ``n`` names costs one round of scans when no
-    shard holds more than ``batch`` of them. Each scan is its own snapshot: a room
-    registered or deleted while the names are read may or may not be seen.
+    Shards are read ahead by ``batch`` names, all that have run dry at once in one
+    :meth:`~agentrooms.store.base.Store.scan_rooms` (the first read: all of them), so
+    reading the first ``n`` names costs one store call when no shard holds more than
+    ``batch`` of them. A name is handed out once no shard still to be read could hold a
+    smaller one. Each shard's scan is its own snapshot: a room registered or deleted
+    while the names are read may or may not be seen.
     """
 
     def __init__(self, store: Store, after: str | None, batch: int) -> None:
-        size = max(1, min(batch, store.limits.max_page))
-        self._shards = [_Shard(store, room, after, size) for room in SHARD_ROOMS]
+        self._store = store
+        self._size = max(1, min(batch, store.limits.max_page))
+        cursor = None if after is None else keys.registry_entry(after)
+        self._shards = [_Shard(room, cursor) for room in SHARD_ROOMS]
+        self._ready: deque[str] = deque()  # merged: no unread name can come before these
 
     def more(self) -> bool:
         """Whether a name may follow the last one read (without reading: conservative)."""
-        return any(s.names or not s.done for s in self._shards)
+        return bool(self._ready) or any(s.names or not s.done for s in self._shards)
 
     async def next(self) -> str | None:
         """The next name, ``None`` once every shard is read to its end."""
-        dry = [s for s in self._shards if not s.names and not s.done]
-        if dry:
-            await asyncio.gather(*(s.fill() for s in dry))
-        ready = [s for s in self._shards if s.names]
-        if not ready:
-            return None
-        return min(ready, key=lambda s: s.names[0]).names.popleft()
+        if not self._ready:
+            await self._merge()
+        return self._ready.popleft() if self._ready else None
+
+    async def take(self, count: int) -> list[str]:
+        """The next ``count`` names (fewer at the end; ``[]`` once every shard is read)."""
+        out: list[str] = []
+        while len(out) < count:
+            if not self._ready:
+                await self._merge()
+                if not self._ready:
+                    break
+            ready = self._ready
+            while ready and len(out) < count:
+                out.append(ready.popleft())
+        return out
+
+    async def _merge(self) -> None:
+        """Read every dry shard (one ``scan_rooms`` per cursor they share: one, but for
+        shards read from different points), then hand out every name that no unread
+        one can precede: those up to the least last-read name of the shards not done."""
+        while dry := [s for s in self._shards if not s.names and not s.done]:
+            by_cursor: dict[str | None, list[_Shard]] = {}
+            for shard in dry:
+                by_cursor.setdefault(shard.cursor, []).append(shard)
+            await asyncio.gather(*(self._fill(at, group) for at, group in by_cursor.items()))
+        bounds = [s.names[-1] for s in self._shards if not s.done]
+        bound = min(bounds) if bounds else None
+        merged: list[str] = []
+        for shard in self._shards:
+            if bound is None:
+                merged += shard.names
+                shard.names = []
+            else:
+                cut = bisect.bisect_right(shard.names, bound)
+                merged += shard.names[:cut]
+                del shard.names[:cut]
+        merged.sort()
+        self._ready.extend(merged)
+
+    async def _fill(self, cursor: str | None, shards: list[_Shard]) -> None:
+        """Read ``shards`` on after ``cursor``: one ``scan_rooms`` (one per
+        ``limits.max_page`` shards, should a store allow fewer rooms per call)."""
+        most = self._store.limits.max_page
+        groups = [shards[i : i + most] for i in range(0, len(shards), most)]
+        pages = await asyncio.gather(
+            *(
+                self._store.scan_rooms([s.room for s in group], _PREFIX, self._size, cursor)
+                for group in groups
+            )
+        )
+        skip = len(_PREFIX)
+        for shard, page in zip(shards, (p for group in pages for p in group), strict=True):
+            shard.names = [r.key[skip:] for r in page.records]
+            shard.cursor, shard.done = page.next_after, page.next_after is None
 
 
 def batch_for(wanted: int) -> int:

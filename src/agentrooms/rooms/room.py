@@ -176,8 +176,9 @@ class Rooms:
         scanned at once and merged in name order (:class:`~agentrooms.rooms.registry.Names`,
         reading ahead for ``limit`` names, or :data:`REGISTRY_SCAN` when filtering), and the
         rooms kept are described in one :meth:`~agentrooms.store.base.Store.glance`, so a
-        page costs one scan per shard and one glance unless archived (when not included),
-        refused or half-created rooms leave it short and it reads on. ``among``: only
+        page costs one :meth:`~agentrooms.store.base.Store.scan_rooms` of the shards and
+        one glance unless archived (when not included), refused or half-created rooms
+        leave it short and it reads on. ``among``: only
         these names are candidates, and the registry is not scanned (a token that names
         its rooms). ``BadRequest`` for a ``limit`` outside 1 .. ``limits.max_page``.
         """
@@ -192,12 +193,11 @@ class Rooms:
         while len(out) < limit and not ended:
             chunk: list[str] = []
             while len(chunk) < limit - len(out):
-                name = await names.next()
-                if name is None:
+                got = await names.take(limit - len(out) - len(chunk))
+                if not got:
                     ended = True
                     break
-                if allowed is None or allowed(name):
-                    chunk.append(name)
+                chunk += got if allowed is None else [n for n in got if allowed(n)]
             if not chunk:
                 break
             last = chunk[-1]

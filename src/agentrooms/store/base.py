@@ -178,9 +178,9 @@ class Store(abc.ABC):
         self, rooms: Sequence[str], keys: Sequence[str], sets: Sequence[str] = ()
     ) -> list[Glance]:
         """Records ``keys``, the newest sequence number and the sizes of sets ``sets`` of
-        each of ``rooms``, in the order of ``rooms``, as one call to the backend (one
-        statement, one worker job or one pipelined write): what describes a page of
-        rooms without a round trip per room.
+        each of ``rooms``, in the order of ``rooms``, as one request (one statement, one
+        worker job, one script run on Redis, one write per node on a cluster): what
+        describes a page of rooms without a round trip per room.
 
         Each room's :class:`Glance` is one snapshot (as :meth:`read`); different rooms'
         may be from different instants. A room that holds nothing reads as empty. At most
@@ -217,15 +217,22 @@ class Store(abc.ABC):
         return await self._scan(room, prefix, after, check_limit(limit, self.limits))
 
     async def scan_rooms(
-        self, rooms: Sequence[str], prefix: str = "", limit: int = 100
+        self,
+        rooms: Sequence[str],
+        prefix: str = "",
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[ScanPage]:
-        """The first :meth:`scan` page (records under ``prefix``, at most ``limit``) of
-        each of ``rooms``, in the order of ``rooms``, as one call: what reads one kind of
-        record of a page of rooms without a call per room. Each room's page is one
-        snapshot (as :meth:`scan`); different rooms' may be from different instants;
-        continue a room with :meth:`scan` from its ``next_after``. At most
-        ``limits.max_page`` rooms; ``BadRequest`` otherwise. A backend that cannot send
-        them as one request sends the scans concurrently.
+        """The :meth:`scan` page after ``after`` (records under ``prefix``, at most
+        ``limit``) of each of ``rooms``, in the order of ``rooms``, as one request: what
+        reads one kind of record of a page of rooms without a round trip per room. Each
+        room's page is one snapshot (as :meth:`scan`); different rooms' may be from
+        different instants; continue a room with :meth:`scan` from its ``next_after``.
+        At most ``limits.max_page`` rooms; ``BadRequest`` otherwise.
+
+        One request: one worker job (SQLite), one statement (PostgreSQL), one script run
+        over every room (Redis; on a cluster a script per room, in one write to each node
+        that owns some of the rooms, the nodes at once).
         """
         if isinstance(rooms, str):
             raise BadRequest("rooms must be a sequence of strings, not one string")
@@ -234,10 +241,12 @@ class Store(abc.ABC):
             raise BadRequest(f"scan at most {self.limits.max_page} rooms at once")
         if not isinstance(prefix, str):
             raise BadRequest("prefix must be a string")
+        if after is not None:
+            check_key(after, self.limits)
         limit = check_limit(limit, self.limits)
         if not room_list:
             return []
-        return await self._scan_rooms(room_list, prefix, limit)
+        return await self._scan_rooms(room_list, prefix, after, limit)
 
     async def read_log(self, room: str, after: int = 0, limit: int = 100) -> list[Event]:
         """Events with ``seq > after`` in order, at most ``limit``.
@@ -353,9 +362,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage: ...
 
-    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
         """Default: every room's scan at once (one round trip each, concurrently)."""
-        return list(await asyncio.gather(*(self._scan(r, prefix, None, limit) for r in rooms)))
+        return list(await asyncio.gather(*(self._scan(r, prefix, after, limit) for r in rooms)))
 
     @abc.abstractmethod
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]: ...

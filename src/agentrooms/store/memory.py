@@ -215,8 +215,10 @@ class MemoryStore(Store):
             state.changed = None
         return TransactResult(versions, seqs, now_ms / 1000.0)
 
-    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
-        return [await self._scan(room, prefix, None, limit) for room in rooms]  # never suspends
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        return [await self._scan(room, prefix, after, limit) for room in rooms]  # no suspending
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         now_ms = self._now_ms()

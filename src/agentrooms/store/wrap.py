@@ -45,8 +45,10 @@ class Forwarding(Store):
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         return await self.inner._scan(room, prefix, after, limit)
 
-    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
-        return await self.inner._scan_rooms(rooms, prefix, limit)
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        return await self.inner._scan_rooms(rooms, prefix, after, limit)
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         return await self.inner._read_log(room, after, limit)

@@ -340,6 +340,29 @@ class PostgresStore(Store):
         more = rows[0]["more"] and records
         return ScanPage(records, records[-1].key if more else None, rows[0]["now"])
 
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        """Every room's page from one statement (``scan_rooms``): one round trip."""
+        if _matches_no_key(prefix):
+            now = (await self._fetch("read", rooms[0], []))[0]["now"]
+            return [ScanPage([], None, now) for _ in rooms]
+        end = _prefix_end(prefix)
+        if end is None:
+            rows = await self._fetch("scan_rooms_to_end", rooms, prefix, after or "", limit)
+        else:
+            rows = await self._fetch("scan_rooms", rooms, prefix, end, after or "", limit)
+        found: list[list[Record]] = [[] for _ in rooms]
+        for row in rows:
+            if row["key"] is not None:
+                found[row["i"] - 1].append(_record(row))
+        now, pages = rows[0]["now"], []
+        for records in found:
+            more = len(records) > limit
+            del records[limit:]
+            pages.append(ScanPage(records, records[-1].key if more else None, now))
+        return pages
+
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         rows = await self._fetch("read_log", room, min(after, _SEQ_MAX), limit)
         low = rows[0]["low"]

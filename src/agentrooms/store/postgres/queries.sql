@@ -168,6 +168,43 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
   LEFT JOIN page ON true
  ORDER BY page.key;
 
+-- name: scan_rooms
+-- scan for each room of $1 (g.i: its place in $1) in one statement (one snapshot): its
+-- first $5 + 1 live records with $2 <= key < $3 and key > $4 (one more than a page, to
+-- tell whether more follow), or one row with a NULL key when it has none.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT extract(epoch FROM clock.ts)::float8 AS now, g.i, p.key, p.value, p.version,
+       extract(epoch FROM p.expires_at)::float8 AS expires_at
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+  LEFT JOIN LATERAL (
+      SELECT r.key, r.value, r.version, r.expires_at
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key < $3 AND r.key > $4
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $5 + 1
+  ) AS p ON true
+ ORDER BY g.i, p.key;
+
+-- name: scan_rooms_to_end
+-- As scan_rooms, for a range with no upper bound (the empty prefix): key >= $2, key > $3,
+-- $4 + 1 records per room.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT extract(epoch FROM clock.ts)::float8 AS now, g.i, p.key, p.value, p.version,
+       extract(epoch FROM p.expires_at)::float8 AS expires_at
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+  LEFT JOIN LATERAL (
+      SELECT r.key, r.value, r.version, r.expires_at
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key > $3
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $4 + 1
+  ) AS p ON true
+ ORDER BY g.i, p.key;
+
 -- name: read_log
 -- Room $1's first readable seq and up to $3 events after seq $2, in one snapshot.
 -- No events when $2 is before the first readable one; one row with a NULL seq if none.

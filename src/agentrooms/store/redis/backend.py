@@ -8,11 +8,12 @@ the top of its ``.lua`` file next to this module.
 
 Round trips: one per call (two for a ``watch`` that waits). ``read``, ``transact``,
 ``scan``, ``read_log``, ``trim_log``, ``set_pick`` and ``delete_room`` are one EVALSHA each,
-``last_seq`` one HGET, ``set_size`` one ZCARD. ``watch`` is one HGET when the log is
-already past ``after`` (or the timeout is 0), else that and then a pipelined ``XREAD
-BLOCK`` and ``HGET`` on a watch connection (see :meth:`RedisStore._watch`). The scripts
-are loaded when the store is opened; if the server forgets them (restart, failover, SCRIPT
-FLUSH) the next call loads its script again and retries, once.
+``last_seq`` one HGET, ``set_size`` one ZCARD; ``glance`` and ``scan_rooms`` one EVALSHA
+per room, all in one write (:meth:`RedisStore._run_many`). ``watch`` is one HGET when the
+log is already past ``after`` (or the timeout is 0), else that and then a pipelined
+``XREAD BLOCK`` and ``HGET`` on a watch connection (see :meth:`RedisStore._watch`). The
+scripts are loaded when the store is opened; if the server forgets them (restart, failover,
+SCRIPT FLUSH) the next call loads its script again and retries, once.
 
 Time is the server's: each script reads ``TIME`` and judges expiry by it. The fencing
 token of a value is computed here with :func:`~agentrooms.store.types.fence_of` when it is
@@ -214,6 +215,38 @@ class RedisStore(WatchReads):
         except (RedisError, OSError) as exc:
             raise unavailable(exc) from exc
 
+    async def _run_many(
+        self, script: scripts.Script, calls: Sequence[tuple[Sequence[Arg], Sequence[Arg]]]
+    ) -> list[Any]:
+        """A read-only ``script`` once per ``(keys, args)``, routed by each call's first
+        key, all in one write (:meth:`_pipeline`): one round trip. A call answered with an
+        error (the server forgot the script, a cluster redirect) is sent again alone by
+        :meth:`_run`, which deals with it; running a read-only script twice is harmless."""
+        assert script not in scripts.WRITES  # a writing one would need WAIT, and no resend
+        commands = [pack_evalsha(script.sha, keys, args) for keys, args in calls]
+        try:
+            replies = await self._pipeline(commands, [keys[0] for keys, _ in calls])
+        except (RedisError, OSError) as exc:  # a timeout is an OSError too
+            raise unavailable(exc) from exc
+        return [
+            await self._run(script, *call) if isinstance(reply, ResponseError) else reply
+            for call, reply in zip(calls, replies, strict=True)
+        ]
+
+    async def _pipeline(self, commands: list[list[bytes]], routes: list[Arg]) -> list[Any]:
+        """``commands`` in one write on the wire, their replies in order, an error reply
+        as its ``ResponseError`` (``routes``: each command's key, for a cluster). A broken
+        connection raises (every outcome unknown)."""
+        wire = self._wire
+        if wire is None or not wire.usable:
+            wire = await self._redial()
+        futures = wire.send([part for command in commands for part in command], len(commands))
+        replies = await asyncio.gather(*futures, return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
     def _wait_command(self) -> list[bytes]:
         return pack_command("WAIT", self.wait_replicas, self.wait_ms)
 
@@ -293,26 +326,18 @@ class RedisStore(WatchReads):
         return Snapshot(found, reply[0] / 1000.0)
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
-        """One EVALSHA per room, all sent in one event-loop turn: :meth:`_send`
-        pipelines them in one write on the one connection (one network round trip), and
-        each stays on its own room's hash slot."""
-        replies = await asyncio.gather(*(self._glance_one(room, keys, sets) for room in rooms))
-        return list(replies)
-
-    async def _glance_one(self, room: str, keys: list[str], sets: list[str]) -> Glance:
-        rk = room_keys(self.prefix, room)
-        names = [rk.meta] + [rk.set + n for n in sets] + [rk.record + k for k in keys]
-        reply = await self._run(scripts.GLANCE, names, [len(sets)])
-        sizes = dict(zip(sets, reply[2 : 2 + len(sets)], strict=True))
-        found = {}
-        at = 2 + len(sets)
-        for i, key in enumerate(keys):
-            version = reply[at + 3 * i]
-            if version is not None:
-                found[key] = scripts.record(
-                    key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2]
-                )
-        return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[1], sizes)
+        """One ``glance_rooms.lua`` EVALSHA for every room: one round trip, and one script
+        run on the server, not one per room (a cluster runs ``glance.lua`` per room)."""
+        names: list[Arg] = []
+        for room in rooms:
+            rk = room_keys(self.prefix, room)
+            names += [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
+        reply = await self._run(scripts.GLANCE_ROOMS, names, [len(sets), len(keys)])
+        stride = 1 + len(sets) + 3 * len(keys)
+        return [
+            scripts.glance_reply(room, keys, sets, reply, 1 + i * stride)
+            for i, room in enumerate(rooms)
+        ]
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)
@@ -350,18 +375,21 @@ class RedisStore(WatchReads):
         )
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
-        keys = room_keys(self.prefix, room)
-        low = b"[" + prefix.encode() if prefix else b"-"
-        if after is not None and after >= prefix:
-            low = b"(" + after.encode()
-        high = b"(" + prefix.encode() + b"\xff" if prefix else b"+"
-        reply = await self._run(scripts.SCAN, [keys.scan], [keys.record, low, high, limit])
-        records = [
-            scripts.record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
-            for i in range(2, len(reply), 4)
-        ]
-        next_after = None if reply[1] is None else reply[1].decode()
-        return ScanPage(records, next_after, reply[0] / 1000.0)
+        keys, args = scripts.scan_args(self.prefix, room, prefix, after, limit)
+        return scripts.scan_page(await self._run(scripts.SCAN, keys, args))
+
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        """One ``scan_rooms.lua`` EVALSHA for every room (a cluster runs ``scan.lua`` per
+        room)."""
+        calls = [scripts.scan_args(self.prefix, room, prefix, after, limit) for room in rooms]
+        index_keys = [keys[0] for keys, _ in calls]
+        bounds = calls[0][1][1:]  # the same for every room
+        reply = await self._run(
+            scripts.SCAN_ROOMS, index_keys, [*bounds, *(a[0] for _, a in calls)]
+        )
+        return [scripts.scan_page(page, reply[0]) for page in reply[1:]]
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         keys = room_keys(self.prefix, room)

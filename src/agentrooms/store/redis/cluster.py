@@ -7,7 +7,9 @@ slot of its tag ``{<prefix>:<room>}``, so each script touches one slot), routed 
   answers) when the store is opened. Each primary gets a :class:`~.backend.RedisStore`
   of its own, used only for its connections: one pipelined wire for the hot path and its
   own watch wires, dialled lazily. Every call goes to the one primary that owns its
-  room's slot (``CRC16`` of the tag): one node per store call, one round trip.
+  room's slot (``CRC16`` of the tag): one node per store call, one round trip. A call
+  over many rooms (``glance``, ``scan_rooms``) sends one write to each primary that owns
+  some of them, all at once.
 * Scripts are loaded on every primary at open; a primary that does not know a script
   (a replica promoted by a failover, a new node) gets it loaded on ``NOSCRIPT``, as on
   one server.
@@ -44,9 +46,9 @@ from agentrooms.store.base import Store, seen
 from agentrooms.store.redis import scripts
 from agentrooms.store.redis.backend import RedisStore, ReplicasBehind
 from agentrooms.store.redis.durability import judge
-from agentrooms.store.redis.keys import redact_url
+from agentrooms.store.redis.keys import redact_url, room_keys
 from agentrooms.store.redis.wire import Arg, pack_command
-from agentrooms.store.types import Limits, StoreInfo
+from agentrooms.store.types import Glance, Limits, ScanPage, StoreInfo
 
 __all__ = ["MAX_REDIRECTS", "RedisClusterStore", "Shard", "slot_of"]
 
@@ -320,6 +322,53 @@ class RedisClusterStore(RedisStore):
                 self._refresh()
                 raise
         raise RedisError(f"redis-cluster: slot {slot} still refused after redirects ({last})")
+
+    async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+        """One ``glance.lua`` per room (a script's keys share one slot), all in one write
+        per node (:meth:`_run_many`)."""
+        calls: list[tuple[Sequence[Arg], Sequence[Arg]]] = []
+        for room in rooms:
+            rk = room_keys(self.prefix, room)
+            names = [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
+            calls.append((names, [len(sets)]))
+        replies = await self._run_many(scripts.GLANCE, calls)
+        return [scripts.glance_reply(r, keys, sets, g) for r, g in zip(rooms, replies, strict=True)]
+
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
+        """One ``scan.lua`` per room, all in one write per node (:meth:`_run_many`)."""
+        calls = [scripts.scan_args(self.prefix, room, prefix, after, limit) for room in rooms]
+        return [scripts.scan_page(reply) for reply in await self._run_many(scripts.SCAN, calls)]
+
+    async def _pipeline(self, commands: list[list[bytes]], routes: list[Arg]) -> list[Any]:
+        """Each node's share of ``commands`` (those whose route's slot it owns, by the
+        map) in one write on its wire, every node at once: one request per node. A
+        redirect or refusal is returned as its error reply, for the caller to send that
+        command again alone (:meth:`_send` follows it); a command whose slot has no
+        primary in the map gets a ``TRYAGAIN`` reply of its own, for the same reason."""
+        replies: list[Any] = [None] * len(commands)
+        groups: dict[Address, list[int]] = {}
+        for i, route in enumerate(routes):
+            address = self._slots[slot_of(route)]
+            if address is None:
+                replies[i] = ResponseError("TRYAGAIN the slot map names no primary for it")
+            else:
+                groups.setdefault(address, []).append(i)
+
+        async def send(address: Address, at: list[int]) -> None:
+            node = self._node(address)
+            got = await node._pipeline([commands[i] for i in at], [routes[i] for i in at])
+            for i, reply in zip(at, got, strict=True):
+                replies[i] = reply
+
+        sent = (send(address, at) for address, at in groups.items())
+        for failed in await asyncio.gather(*sent, return_exceptions=True):
+            if isinstance(failed, BaseException):  # every node's is retrieved, one raised
+                if isinstance(failed, OSError):  # outcome unknown; a failover may be on
+                    self._refresh()
+                raise failed
+        return replies
 
     async def _asking(self, node: RedisStore, command: list[bytes], wait: bool) -> Any:
         """``ASKING`` then ``command`` (then ``WAIT``) in one write on ``node``."""

@@ -15,19 +15,23 @@ from importlib import resources
 from typing import Any
 
 from agentrooms.errors import StaleFence, VersionConflict
-from agentrooms.store.redis.keys import RoomKeys
-from agentrooms.store.redis.wire import pack_command
+from agentrooms.store.redis.keys import RoomKeys, room_keys
+from agentrooms.store.redis.wire import Arg, pack_command
 from agentrooms.store.types import (
     Absent,
     Compare,
     Event,
     FenceAtMost,
+    Glance,
     PreparedWrite,
     Record,
+    ScanPage,
+    Snapshot,
     VersionIs,
     fence_of,
     stored_event,
 )
+from agentrooms.store.validation import decode_json
 
 MAX_SEQ = 2**53
 """No sequence number gets this far (Lua numbers are doubles): larger ``after`` and
@@ -53,7 +57,20 @@ READ_LOG = Script("read_log")
 TRIM_LOG = Script("trim_log")
 SET_PICK = Script("set_pick")
 DELETE_ROOM = Script("delete_room")
-SCRIPTS = (TRANSACT, READ, GLANCE, SCAN, READ_LOG, TRIM_LOG, SET_PICK, DELETE_ROOM)
+GLANCE_ROOMS = Script("glance_rooms")  # one server only: its keys span slots
+SCAN_ROOMS = Script("scan_rooms")  # the same
+SCRIPTS = (
+    TRANSACT,
+    READ,
+    GLANCE,
+    SCAN,
+    READ_LOG,
+    TRIM_LOG,
+    SET_PICK,
+    DELETE_ROOM,
+    GLANCE_ROOMS,
+    SCAN_ROOMS,
+)
 WRITES = frozenset({TRANSACT, TRIM_LOG, SET_PICK, DELETE_ROOM})
 """The scripts that may write: with ``?wait=N`` each is followed by ``WAIT``."""
 
@@ -147,7 +164,7 @@ def event(eid: bytes, fields: list[bytes]) -> Event:
     return stored_event(
         int(eid[: eid.index(b"-")]),
         fields[1].decode(),
-        json.loads(fields[3]),
+        decode_json(fields[3]),
         int(fields[5]) / 1000.0,
         None if author is None else author.decode(),
         extra.get(b"r"),
@@ -162,7 +179,7 @@ def block_ms(seconds: float) -> int:
 
 def record(key: str, version: bytes, expires: bytes | None, value: bytes) -> Record:
     expires_at = None if expires is None else int(expires) / 1000.0
-    return Record(key, json.loads(value), int(version), expires_at)
+    return Record(key, decode_json(value), int(version), expires_at)
 
 
 def failure(compares: list[Compare], reply: list[Any]) -> Exception:
@@ -181,3 +198,42 @@ def failure(compares: list[Compare], reply: list[Any]) -> Exception:
 
 def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any, at: int = 1) -> Glance:
+    """A room's :class:`Glance` from a ``glance.lua`` reply (or the room's slots of a
+    ``glance_rooms.lua`` one, from ``at``, with the time in ``reply[0]``)."""
+    sizes = dict(zip(sets, reply[at + 1 : at + 1 + len(sets)], strict=True))
+    found = {}
+    at += 1 + len(sets)
+    for i, key in enumerate(keys):
+        version = reply[at + 3 * i]
+        if version is not None:
+            found[key] = record(key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2])
+    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[at - 1 - len(sets)], sizes)
+
+
+def scan_args(
+    prefix: str, room: str, key_prefix: str, after: str | None, limit: int
+) -> tuple[list[Arg], list[Arg]]:
+    """``scan.lua``'s KEYS and ARGV for one room's page."""
+    keys = room_keys(prefix, room)
+    low = b"[" + key_prefix.encode() if key_prefix else b"-"
+    if after is not None and after >= key_prefix:
+        low = b"(" + after.encode()
+    high = b"(" + key_prefix.encode() + b"\xff" if key_prefix else b"+"
+    return [keys.scan], [keys.record, low, high, limit]
+
+
+def scan_page(reply: Any, now_ms: int | None = None) -> ScanPage:
+    """A ``scan.lua`` reply as a :class:`ScanPage` (or one page of a ``scan_rooms.lua``
+    reply, which has no time of its own: ``now_ms``, the reply's)."""
+    at = 1 if now_ms is not None else 2
+    if now_ms is None:
+        now_ms = reply[0]
+    records = [
+        record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
+        for i in range(at, len(reply), 4)
+    ]
+    next_after = None if reply[at - 1] is None else reply[at - 1].decode()
+    return ScanPage(records, next_after, now_ms / 1000.0)

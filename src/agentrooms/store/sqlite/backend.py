@@ -123,9 +123,11 @@ class SqliteStore(Store):
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
         return await self._call(lambda ops: ops.scan(room, prefix, after, limit), write=False)
 
-    async def _scan_rooms(self, rooms: list[str], prefix: str, limit: int) -> list[ScanPage]:
+    async def _scan_rooms(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[ScanPage]:
         return await self._call(
-            lambda ops: [ops.scan(room, prefix, None, limit) for room in rooms], write=False
+            lambda ops: [ops.scan(room, prefix, after, limit) for room in rooms], write=False
         )
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:

@@ -2,8 +2,8 @@
 --
 -- Each query: a "-- name: <name>" header, a one-line description, then one statement.
 -- The name starts with the store primitive that runs it (transact_, read_, scan_,
--- read_log_, trim_log_, last_seq, set_pick_, set_size, watch_, delete_room_), so one grep
--- finds every layer of a primitive.
+-- read_log_, trim_log_, last_seq, set_pick_, set_size, glance_, watch_, delete_room_), so
+-- one grep finds every layer of a primitive.
 -- Parameters are named. :now_ms is the store clock in milliseconds, read once per
 -- operation inside its transaction; a row is live when expires_ms IS NULL OR
 -- expires_ms > :now_ms, and an expired row is absent to every query below.
@@ -150,6 +150,26 @@ WHERE room = :room AND name = :name AND member = :member;
 -- name: set_size
 -- How many members a room's set has.
 SELECT count(*) FROM set_members WHERE room = :room AND name = :name;
+
+-- name: glance_records
+-- The live records of the rooms :rooms whose keys are in :keys (both JSON arrays): room,
+-- key, value, version, expires_ms; one primary-key lookup per room and key.
+SELECT r.room, r.key, r.value, r.version, r.expires_ms
+FROM json_each(:rooms) AS g
+CROSS JOIN json_each(:keys) AS k
+CROSS JOIN records AS r ON r.room = g.value AND r.key = k.value
+WHERE r.expires_ms IS NULL OR r.expires_ms > :now_ms;
+
+-- name: glance_seqs
+-- The last sequence number of each room in :rooms (a JSON array) that has a log.
+SELECT room, seq FROM rooms WHERE room IN (SELECT value FROM json_each(:rooms));
+
+-- name: glance_set_sizes
+-- How many members each set of :names has in each room of :rooms (JSON arrays).
+SELECT g.value, n.value,
+       (SELECT count(*) FROM set_members AS m WHERE m.room = g.value AND m.name = n.value)
+FROM json_each(:rooms) AS g
+CROSS JOIN json_each(:names) AS n;
 
 -- name: watch_data_version
 -- Changes when another connection (another process) has committed since the last reading.
