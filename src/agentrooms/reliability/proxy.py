@@ -17,6 +17,12 @@ Each mode is a :class:`~agentrooms.reliability.faults.Fault` built on the proxy:
   connection's bytes wait, in order, and are delivered at the heal, as TCP delivers what
   it resends once the path is back (unless an end gave up and closed meanwhile). The
   heal resets (RST) every connection accepted during the blackhole.
+* :class:`ResetInFlight` (``reset in flight``): aimed at a request in flight rather than
+  timed. While injected, every chunk the client sends is forwarded to the target and
+  marks its connection; the first bytes the target sends back on a marked connection
+  are never forwarded: the connection is reset (RST) on both sides instead. The request
+  reached the store and may have taken effect; its reply is lost. A connection marked
+  before the heal is still cut at its next reply.
 
 A fault changes only the proxy's state; the target is never touched.
 """
@@ -35,7 +41,7 @@ from typing import Any, TypeVar
 
 from agentrooms.reliability.servers import free_port
 
-__all__ = ["Blackhole", "Delay", "Drop", "Reset", "TcpProxy"]
+__all__ = ["Blackhole", "Delay", "Drop", "Reset", "ResetInFlight", "TcpProxy"]
 
 CHUNK = 65536
 CONNECT_TIMEOUT = 5.0
@@ -50,6 +56,7 @@ class _Link:
     target: asyncio.StreamWriter | None = None
     blackholed: bool = False
     lost: bool = False  # some of the client's bytes were dropped: it never forwards again
+    cut: bool = False  # a request went through in flight: its reply resets the link
 
 
 def _rst(writer: asyncio.StreamWriter | None) -> None:
@@ -66,7 +73,8 @@ def _rst(writer: asyncio.StreamWriter | None) -> None:
 class TcpProxy:
     """A proxy on ``127.0.0.1:port`` to ``target``. :meth:`start` before use,
     :meth:`stop` after (idempotent). Counters: ``accepted`` connections, ``resets``
-    sent, ``dropped`` bytes."""
+    sent, ``dropped`` bytes, ``cut`` replies (connections reset with a request in
+    flight)."""
 
     def __init__(self, target: tuple[str, int], port: int | None = None) -> None:
         self.target = target
@@ -75,9 +83,10 @@ class TcpProxy:
         self.dropping = False
         self.resetting = False
         self.blackholing = False
+        self.cutting = False
         self._healed = asyncio.Event()  # set while no blackhole holds the bytes back
         self._healed.set()
-        self.accepted = self.resets = self.dropped = 0
+        self.accepted = self.resets = self.dropped = self.cut = 0
         self._links: set[_Link] = set()
         self._pumps: set[asyncio.Task[None]] = set()  # every pump running, for stop
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -212,6 +221,12 @@ class TcpProxy:
                 await self._healed.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
+                if upstream and self.cutting:
+                    link.cut = True  # marked before the request leaves: its reply is cut
+                elif not upstream and link.cut:
+                    self.cut += 1
+                    self._reset_all(lambda other: other is link)
+                    return
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -303,3 +318,14 @@ class Blackhole(_ProxyFault):
         else:
             self.proxy._reset_all(lambda link: link.blackholed)
             self.proxy._healed.set()
+
+
+class ResetInFlight(_ProxyFault):
+    """A request in flight: each request sent while injected reaches the target, and its
+    connection is reset (RST) instead of forwarding the reply, so the caller cannot know
+    whether it took effect (``TcpProxy.cut`` counts them)."""
+
+    name = "proxy reset in flight"
+
+    async def _set(self, on: bool) -> None:
+        self.proxy.cutting = on

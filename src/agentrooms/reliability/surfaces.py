@@ -48,7 +48,10 @@ its answer means (acknowledged, unknown, failed) follows
 :attr:`HttpSurface.reports` by how the caller saw it. An MCP
 session lives on the server it opened on, so an :class:`McpSurface` stays on one server
 until that server loses its session (a killed server: the SDK's ``MCPError``
-"Connection closed", an unknown outcome), then opens a new one on another.
+"Connection closed", an unknown outcome), then opens a new one on another. Each MCP
+tool call has its own read timeout (the SDK's ``read_timeout_seconds``): a stopped
+server's call ends with ``MCPError`` "timed out", an unknown outcome, and the session
+moves to another server too.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ COMMITTER = "committer"
 """The agent every commit is sent as (idempotency keys are scoped to the agent)."""
 PAGE = 1000  # the API's largest page of events
 CONNECTION_CLOSED = -32000  # the SDK's MCPError code when the server's connection closed
+REQUEST_TIMEOUT = -32001  # the SDK's MCPError code when a call's read timeout passed
 
 
 class Unsupported(NotImplementedError):
@@ -271,9 +275,11 @@ class HttpSurface:
 class McpSession:
     """A client of the MCP endpoints (``/mcp``) of ``bases``, as agent ``agent``. Its
     session opens on ``bases[0]``; when the server loses it (the connection closed: a
-    killed server), the call in flight is an unknown outcome and the next call opens a
-    new session on another server. The SDK's session is held by a task of its own;
-    :meth:`close` ends it.
+    killed server) or a call is not answered within ``timeout`` seconds (a stopped
+    server: the SDK's read timeout of the call), the call in flight is an unknown
+    outcome and the next call opens a new session on another server. The SDK's session
+    is held by a task of its own; :meth:`close` ends it (a session left behind is
+    closed in the background, since a stopped server answers nothing).
 
     What a tool's answer means: its body when it succeeded; ``{"error": {...}}`` for a
     typed failure of :attr:`TYPED` (the caller reads it); ``rate_limited`` is waited
@@ -294,6 +300,7 @@ class McpSession:
         self.sessions = 0  # sessions opened
         self.answered = 0  # tool calls answered
         self._holder: tuple[asyncio.Task[None], asyncio.Event] | None = None
+        self._leaving: set[asyncio.Task[None]] = set()  # sessions left behind, closing
         self._client: Client | None = None
 
     @asynccontextmanager
@@ -349,9 +356,15 @@ class McpSession:
             done.set()
             await task
 
-    async def _lost(self) -> None:
-        """The server lost the session: close it; the next call opens one elsewhere."""
-        await self._close()
+    def _lost(self) -> None:
+        """The server lost the session, or does not answer: close it in the background
+        (its server may be stopped); the next call opens one elsewhere."""
+        holder, self._holder, self._client = self._holder, None, None
+        if holder is not None:
+            task, done = holder
+            done.set()
+            self._leaving.add(task)
+            task.add_done_callback(self._leaving.discard)
         self._move()
 
     async def _call(self, tool: str, client: Client | None = None, **args: Any) -> dict[str, Any]:
@@ -362,15 +375,25 @@ class McpSession:
         assert session is not None
         while True:
             try:
-                result: CallToolResult = await session.call_tool(tool, args)
+                result: CallToolResult = await session.call_tool(
+                    tool, args, read_timeout_seconds=self.timeout
+                )
             except (httpx2.TransportError, MCPError) as exc:
-                if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
+                if isinstance(exc, MCPError) and exc.code not in (
+                    CONNECTION_CLOSED,
+                    REQUEST_TIMEOUT,
+                ):
                     raise
-                shown = f"MCPError {exc.message!r}" if isinstance(exc, MCPError) else ""
+                if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+                    shown = "MCPError timed out"  # the message names the request's id
+                elif isinstance(exc, MCPError):
+                    shown = f"MCPError {exc.message!r}"
+                else:
+                    shown = ""
                 seen = f"{shown or type(exc).__name__}: unknown outcome"
                 self.reports[seen] += 1
                 if client is None:
-                    await self._lost()
+                    self._lost()
                 raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}", seen) from exc
             self.answered += 1
             block = result.content[0]
@@ -393,7 +416,13 @@ class McpSession:
             raise RuntimeError(f"{tool}{args}: {block.text}")
 
     async def close(self) -> None:
+        """Close the session, and wait for those left behind to close."""
         await self._close()
+        if self._leaving:  # a stopped server's session waits for its transport's timeouts
+            _, late = await asyncio.wait(set(self._leaving), timeout=3 * self.timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
 
 class McpSurface(McpSession):

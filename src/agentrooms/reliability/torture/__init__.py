@@ -20,12 +20,13 @@ to the runner as it happens (over a socket), so a client killed with ``kill -9``
 its call in flight as an unknown outcome.
 
 Faults, drawn per history from those the backend and surface allow (:func:`fault_kinds`):
-``kill -9`` of a client process (a cancelled client task on ``memory://``); over HTTP,
-``kill -9`` of a server process (restarted on its port in the background) and
-SIGSTOP/SIGCONT of one; over MCP, the kill; and, when the run owns its store (no
+``kill -9`` of a client process (a cancelled client task on ``memory://``); over HTTP
+and MCP, ``kill -9`` of a server process (restarted on its port in the background) and
+SIGSTOP/SIGCONT of one; and, when the run owns its store (no
 ``url``), the store faults of :func:`~agentrooms.reliability.faults.store_under_test`
-(the TCP proxy's delay, drop, reset and blackhole between every client or server
-process and Redis or PostgreSQL, ``CLIENT PAUSE`` and a restart of the run's own
+(the TCP proxy's delay, drop, reset, blackhole and reset of a request in flight between
+every client or server process and Redis or PostgreSQL, ``CLIENT PAUSE`` and a restart
+of the run's own
 ``redis-server``, ``pg_terminate_backend`` of the run's database, ``kill -9`` of a
 SQLite writer; none on memory). Each fault is injected after a number of answers, so it
 lands mid-history however fast the machine is; at most one server is down at a time and

@@ -165,10 +165,8 @@ def fault_kinds(settings: Settings, store_faults: Sequence[StoreFault] = ()) -> 
     if not settings.faults:
         return {}
     kinds = {CLIENT_CANCEL if settings.backend == "memory" else CLIENT_KILL: 2}
-    if settings.surface == "http":
+    if settings.surface in ("http", "mcp"):  # an MCP call has a read timeout of its own
         kinds |= {SERVER_KILL: 1, SERVER_STOP: 2}
-    elif settings.surface == "mcp":
-        kinds[SERVER_KILL] = 1
     kinds |= {f.name: 2 for f in store_faults}
     return kinds
 
