@@ -141,6 +141,13 @@ async def _put(surface: _Conditional, key: str, value: str) -> int:
             return new
 
 
+def _only(exc: BaseException) -> BaseException:
+    """The one exception a group of one (of a group of one...) holds; else ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _version(answer: httpx2.Response) -> int | None:
     tag = answer.headers.get("ETag")
     return None if tag is None else int(tag.strip('"'))
@@ -479,6 +486,11 @@ class McpSurface(McpSession):
         except UnknownOutcome:
             raise
         except Exception as exc:
+            leaf = _only(exc)
+            if isinstance(leaf, UnknownOutcome):
+                # the call's own outcome (counted already), raised inside the SDK's
+                # task group, which wraps it
+                raise leaf from None
             seen = f"a reading session: {type(exc).__name__}"
             self.reports[seen] += 1
             raise UnknownOutcome(f"no reading session on {self.base}", seen) from exc

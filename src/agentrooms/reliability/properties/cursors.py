@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol
 from agentrooms.errors import StoreUnavailable
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
+    UNKNOWN,
     Closer,
     Journal,
     Processes,
@@ -100,11 +101,6 @@ class CursorCalls(Reads, Protocol):
     :class:`~agentrooms.reliability.properties.http.HttpEvents` over HTTP."""
 
     async def ack(self, agent: str, seq: int) -> int: ...
-
-
-UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
-"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
-``ConnectionError``)."""
 
 
 def _agent(slot: int, workers: int) -> str:
@@ -422,9 +418,16 @@ async def run_cursors(
 
 
 async def _produce(events: Events, count: int, rng: random.Random) -> None:
-    """Append ``count`` events (type ``item``), a few milliseconds apart."""
+    """Append ``count`` events (type ``item``), a few milliseconds apart. Each has a
+    command id, so a post whose outcome was unknown (``StoreUnavailable``: a store
+    fault) is sent again and appended once."""
     for i in range(count):
-        await events.post("item", i)
+        while True:
+            try:
+                await events.post("item", i, command_id=f"item-{i}")
+                break
+            except StoreUnavailable:
+                await asyncio.sleep(0.05)
         await asyncio.sleep(rng.uniform(0.0, 0.01))
 
 

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentrooms.errors import InvalidTransition, StaleFence, StoreUnavailable
+from agentrooms.errors import InvalidTransition, StaleFence
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
+    UNKNOWN,
     Closer,
     Journal,
     Processes,
@@ -81,11 +82,6 @@ class PlanCalls(Protocol):
     async def complete(self, lease: Lease, result: JSON = None) -> object: ...
 
     async def tasks(self) -> Sequence[HasStatus]: ...
-
-
-UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
-"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
-``ConnectionError``)."""
 
 
 async def fence_worker(
