@@ -45,6 +45,8 @@ from agentrooms.reliability.torture.journal import (
 from agentrooms.reliability.torture.settings import (
     CLIENT_CANCEL,
     CLIENT_KILL,
+    HTTP_TIMEOUT,
+    MCP_TIMEOUT,
     SERVER_KILL,
     SERVER_STOP,
     SPARES,
@@ -203,11 +205,14 @@ class _Runner:
         return result
 
     async def _rooms(self, room: str) -> list[str]:
-        """Over HTTP or MCP: create the history's rooms; the servers that are up."""
+        """Over HTTP or MCP: wait for the servers restarting (a history starts with
+        every server up, so that its server faults find one to hit), create the
+        history's rooms; the servers' bases."""
         if self.cluster is None:
             return []
         from agentrooms.reliability.surfaces import logs
 
+        await self.cluster.settled()
         bases = self.cluster.bases()
         assert self.store is not None
         rooms = Rooms(self.store)
@@ -298,7 +303,12 @@ class _Runner:
                 await store_fault.inject()
                 heal = store_fault.heal()
             injected.append(window)
-            task = asyncio.create_task(heal_after(fault.seconds, heal, over, window))
+            seconds = fault.seconds
+            if fault.kind == SERVER_STOP and self.settings.surface == "mcp":
+                # held in proportion to the MCP call's timeout, as over HTTP to its
+                # own: some stops outlast their callers' timeouts
+                seconds *= MCP_TIMEOUT / HTTP_TIMEOUT
+            task = asyncio.create_task(heal_after(seconds, heal, over, window))
             heals.append(task)
             if fault.kind in self.store_faults:
                 store_heal = task
