@@ -30,15 +30,16 @@ from agentrooms.reliability.proxy import Blackhole, Reset, ResetInFlight
 
 pytestmark = pytest.mark.usefixtures("services")
 
-HOLD = 0.4  # seconds each store fault is held
+HOLD = 0.3  # seconds each store fault is held
 GAP = 0.15  # seconds between two of them
 
 FAULTS: dict[str, tuple[type[object], ...]] = {
-    "postgres": (ResetInFlight, PgTerminate, Blackhole, ResetInFlight, Reset),
-    "redis": (ResetInFlight, ClientPause, RedisRestart, ResetInFlight, Reset),
+    "postgres": (ResetInFlight, PgTerminate, ResetInFlight, Blackhole, Reset),
+    "redis": (ResetInFlight, ClientPause, ResetInFlight, RedisRestart, Reset),
 }
-"""The store faults injected one after another, per backend (``ClientPause``: the
-``WRITE`` one)."""
+"""The store faults injected one after another while the run lasts, per backend
+(``ClientPause``: the ``WRITE`` one); at least the first :data:`AT_LEAST` of them."""
+AT_LEAST = 3
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,9 @@ async def under_store_faults(
     run: Callable[[str, asyncio.Event], Awaitable[PropertyReport]],
 ) -> tuple[PropertyReport, list[str]]:
     """``run(url, started)`` on a rig of ``backend``, with the rig's :func:`sequence`
-    injected (each held :data:`HOLD` seconds) once ``started`` is set; the report and
-    what was injected, from the rig's log."""
+    injected (each held :data:`HOLD` seconds) once ``started`` is set, until the run
+    ends (a fault held then is healed); the report and what was injected, from the
+    rig's log."""
     async with store_under_test(backend, tmp_path) as rig:
         started = asyncio.Event()
 
@@ -92,9 +94,10 @@ async def under_store_faults(
 
 
 def assert_bitten(report: PropertyReport, injected: list[str], backend: str) -> None:
-    """Every store fault of the sequence was injected, and calls met them."""
-    assert len(injected) == len(FAULTS[backend]), injected
-    assert sum("reset in flight" in w for w in injected) == 2, injected
+    """The sequence's first faults were injected (the reset in flight twice among
+    them), and calls met them."""
+    assert AT_LEAST <= len(injected) <= len(FAULTS[backend]), injected
+    assert sum("reset in flight" in w for w in injected) >= 2, injected
     assert report.unknown > 0, report
 
 

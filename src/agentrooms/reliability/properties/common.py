@@ -52,6 +52,7 @@ __all__ = [
     "load_journals",
     "prepare",
     "ready_then_wait",
+    "settled",
     "supervised",
     "surface_of",
     "task_life",
@@ -434,6 +435,20 @@ async def worker_process(
         for close in closers:
             with contextlib.suppress(Exception):
                 await close()
+
+
+async def settled(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, called again while it raises ``StoreUnavailable`` (for
+    :data:`CONNECT_BUDGET` seconds): a run's own final reads, which may come while a
+    store fault of the caller's is still held or just healed."""
+    deadline = time.monotonic() + CONNECT_BUDGET
+    while True:
+        try:
+            return await call()
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def worker_main(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,6 +53,7 @@ from agentrooms.reliability.properties.common import (
     life,
     load_journals,
     prepare,
+    settled,
     supervised,
     surface_of,
     task_life,
@@ -403,8 +405,10 @@ async def run_cursors(
             touch(stop_file)
             await run
         ops = load_journals(paths)
-        cursors = {a: await events.cursor(a) for a in {_agent(s, workers) for s in range(slots)}}
-        anomalies, counts = check_cursors(ops, await store.last_seq(room), cursors, ack=ack)
+        agents = {_agent(s, workers) for s in range(slots)}
+        cursors = {a: await settled(functools.partial(events.cursor, a)) for a in agents}
+        last = await settled(lambda: store.last_seq(room))
+        anomalies, counts = check_cursors(ops, last, cursors, ack=ack)
     finally:
         await store.close()
     return PropertyReport(

@@ -38,6 +38,7 @@ from agentrooms.reliability.properties.common import (
     life,
     load_journals,
     prepare,
+    settled,
     supervised,
     surface_of,
     task_life,
@@ -318,7 +319,7 @@ async def run_fences(
             }
             injected = await _processes(spec, workers, workdir, faults, work, paths, started)
         ops = load_journals(paths)
-        anomalies, counts = check_fences(ops, await _final(store, room))
+        anomalies, counts = check_fences(ops, await settled(lambda: _final(store, room)))
     finally:
         await store.close()
     injected += counts.get("stalls", 0)

@@ -64,7 +64,7 @@ from agentrooms.store import Store, open_store
 
 __all__ = ["RunStore", "run_torture"]
 
-CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms
+CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms, or its reads
 
 # ------------------------------------------------------------------------------ runner
 
@@ -330,9 +330,12 @@ class _Runner:
 
     async def _verify(self, ops: list[Operation], room: str, final: Journal) -> RunReport:
         """The final reads (recorded in ``final``), through a surface of the run's,
-        retried while their outcome is unknown; then the checks."""
+        retried while their outcome is unknown (for :data:`CREATE_BUDGET` seconds: the
+        store may still be out of reach a moment after a fault's heal); then the
+        checks."""
         s = self.settings
-        for attempt in range(5):
+        deadline = time.monotonic() + CREATE_BUDGET
+        while True:
             surface: Surface
             if self.cluster is None:
                 assert self.store is not None
@@ -349,12 +352,11 @@ class _Runner:
             try:
                 return await verify(ops, journaled, s.clients, budget=s.budget)
             except UNKNOWN_OUTCOME:
-                if attempt == 4:
+                if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
             finally:
                 await surface.close()
-        raise AssertionError("unreachable")
 
     def _save(self, result: HistoryResult, workload: Workload, ops: list[Operation]) -> Path:
         s = self.settings
