@@ -315,17 +315,19 @@ class McpSurface(McpSession):
         try:
             async with self._session(f"reader-{uuid.uuid4().hex[:12]}") as reader:
                 body = await self._call("read_new_events", reader, room=room, limit=PAGE)
-        except UnknownOutcome:
-            raise
         except Exception as exc:
+            # the call's own outcome (counted already) comes wrapped by the SDK's task
+            # group; unless the store answered it (store_unavailable), the server did
+            # not: the client moves to another, as when its own session is lost
             leaf = only(exc)
-            if isinstance(leaf, UnknownOutcome):
-                # the call's own outcome (counted already), raised inside the SDK's
-                # task group, which wraps it
-                raise leaf from None
-            seen = f"a reading session: {type(exc).__name__}"
-            self.reports[seen] += 1
-            raise UnknownOutcome(f"no reading session on {self.base}", seen) from exc
+            if not isinstance(leaf, UnknownOutcome):
+                seen = f"a reading session: {type(exc).__name__}"
+                self.reports[seen] += 1
+                leaf = UnknownOutcome(f"no reading session on {self.base}", seen)
+                leaf.__cause__ = exc
+            if not leaf.seen.startswith("store_unavailable"):
+                self._lost()
+            raise leaf from leaf.__cause__
         if "error" in body or body.get("more"):
             raise RuntimeError(f"read_new_events did not read the whole log: {body}")
         events: list[dict[str, Any]] = body["events"]
