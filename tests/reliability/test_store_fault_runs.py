@@ -4,7 +4,8 @@ SQLite, Redis and PostgreSQL, over HTTP on Redis and PostgreSQL and over MCP on
 PostgreSQL: 0 anomalies, and every error a caller saw typed (``StoreUnavailable``,
 ``store_unavailable``, a timeout recorded as unknown), never a raw driver exception. On
 Redis and PostgreSQL the runs' seeds plan the proxy's reset of a request in flight,
-whose errors are asserted typed too."""
+whose errors are asserted typed too; over HTTP on Redis, a run plans the ``kill -9`` of
+a server with its request to the store in flight."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from agentrooms.reliability.torture import (
     CLIENT_KILL,
     NO_FAULT,
+    SERVER_KILL_IN_FLIGHT,
     Settings,
     Summary,
     fault_kinds,
@@ -62,12 +64,19 @@ class NamedFault:
         raise AssertionError("never healed")
 
 
-def seed_planning_most_store_faults(settings: Settings) -> int:
-    """The base seed (of the first 200) whose histories plan the reset of a request in
-    flight (where the backend has the proxy) and the most distinct store faults of the
-    backend."""
+def kinds_of(settings: Settings) -> dict[str, int]:
+    """The faults a run of ``settings`` on a store it owns draws from."""
     names = STORE_FAULTS[settings.backend]
-    kinds = fault_kinds(settings, [NamedFault(n) for n in names])
+    proxied = settings.backend != "sqlite"
+    return fault_kinds(settings, [NamedFault(n) for n in names], proxied=proxied)
+
+
+def seed_planning_most_store_faults(settings: Settings, aim: str = IN_FLIGHT) -> int:
+    """The base seed (of the first 200) whose histories plan ``aim`` (the reset of a
+    request in flight by default, where the backend has the proxy) and the most distinct
+    store faults of the backend."""
+    names = {*STORE_FAULTS[settings.backend], SERVER_KILL_IN_FLIGHT}
+    kinds = kinds_of(settings)
     assert settings.histories is not None
 
     def planned(base: int) -> tuple[bool, int]:
@@ -75,8 +84,8 @@ def seed_planning_most_store_faults(settings: Settings) -> int:
             f.kind
             for i in range(settings.histories or 0)
             for f in plan_faults(base + i, kinds, settings.clients * settings.ops)
-        } & set(names)
-        return IN_FLIGHT in found, len(found)
+        } & names
+        return aim in found, len(found)
 
     return max(range(0, 200_000, 1000), key=planned)
 
@@ -117,7 +126,7 @@ async def test_short_torture_with_store_faults(
     assert summary.anomalies == 0
     store_faults = set(summary.faults) & set(STORE_FAULTS[backend])
     assert store_faults, summary.faults
-    assert set(summary.faults) <= {*STORE_FAULTS[backend], *fault_kinds(settings)}
+    assert set(summary.faults) <= set(kinds_of(settings))
     if backend == "sqlite":  # a writer's kill is not felt by the clients: the file is checked
         assert summary.integrity_checks > 0
     else:
@@ -126,3 +135,29 @@ async def test_short_torture_with_store_faults(
         # the reset of a request in flight was injected, and its callers were told so
         # in a typed way (asserted above for every error)
         assert summary.faults[IN_FLIGHT] > 0 and IN_FLIGHT in table, table
+
+
+async def test_server_kill_in_flight_over_http_on_redis(tmp_path: Path) -> None:
+    """The proxy holds the reply to a server's request to the store and the runner kills
+    that server (``kill -9``) before it passes: injected, the histories linearizable,
+    the log gapless and each command applied once (``verify``), every error typed."""
+    base = Settings("redis", "http", histories=1, servers=2)
+    kinds = kinds_of(base)
+    calls = base.clients * base.ops
+    alone = [  # seeds whose history plans the kill in flight and no other fault
+        n
+        for n in range(1000)
+        if [f.kind for f in plan_faults(n, kinds, calls)] == [SERVER_KILL_IN_FLIGHT]
+    ]
+    assert alone, kinds
+    seed = alone[0]
+    settings = Settings("redis", "http", seed=seed, histories=1, servers=2)
+    summary = await run_torture(settings, tmp_path / "out")
+    table = {fault: dict(seen) for fault, seen in summary.fault_errors().items()}
+    print(f"redis/http: faults {dict(summary.faults)}, {summary.seconds:.1f}s; errors {table}")
+    failing = [(r.seed, r.verdict, r.anomalies[:3]) for r in summary.failing]
+    assert summary.ok and not failing, failing
+    assert summary.anomalies == 0
+    assert summary.faults[SERVER_KILL_IN_FLIGHT] > 0, summary.faults
+    assert_typed(summary)
+    assert SERVER_KILL_IN_FLIGHT in table, table
