@@ -87,7 +87,8 @@ def torture(
     (reads, puts, compare-and-sets, deletes, appends, commits with command
     ids), under faults drawn from what the backend and surface allow (kill -9
     of client and server processes, SIGSTOP; on a store of the run's own, the
-    store's faults too: a proxy that delays, drops, resets or blackholes,
+    store's faults too: a proxy that delays, drops, resets or blackholes, or
+    resets a connection with a request in flight,
     CLIENT PAUSE and a restart of Redis, pg_terminate_backend, kill -9 of a
     SQLite writer). Each is checked for
     linearizability, a gapless log and commands applied once; a failing one

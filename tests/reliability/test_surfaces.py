@@ -254,6 +254,47 @@ async def test_mcp_histories_stay_linearizable_when_a_server_is_killed(cluster: 
     assert all(p.running for p in procs)
 
 
+async def stop_and_resume(proc: ServerProcess, clients: list[McpSurface]) -> None:
+    await answered(lambda: sum(c.answered for c in clients), 30)
+    proc.pause()
+    await asyncio.sleep(FAULT_TIMEOUT + 1.0)
+    proc.resume()
+
+
+async def test_mcp_histories_stay_linearizable_when_a_server_is_stopped(cluster: Cluster) -> None:
+    """SIGSTOP of the server two MCP clients are on, SIGCONT past their read timeout:
+    each call there ends with the SDK's ``MCPError`` "timed out" (the call's own read
+    timeout), recorded as an unknown outcome, and the client goes on in a session on
+    another server. One backend (the surface is what is under test)."""
+    if cluster.backend != "sqlite":
+        pytest.skip("the MCP stop runs on SQLite only, to keep the module short")
+    procs, bases = cluster.procs, cluster.bases
+    room = fresh_room()
+    await create_rooms(bases[0], room)
+    mcp = [McpSurface(spread(bases, i), room, seed=i, timeout=FAULT_TIMEOUT) for i in (1, 1, 2)]
+    workload = Workload(ops=50, seed=6, weights=NO_DELETE, timeout=2 * FAULT_TIMEOUT + 1)
+    history, _ = await asyncio.gather(
+        record_mcp_tasks(mcp, workload), stop_and_resume(procs[1], mcp)
+    )
+    reader = McpSurface(bases, room)
+    report = await verify(history, reader, len(mcp))
+    await reader.close()
+    reports = sum((m.reports for m in mcp), Counter[str]())
+    print(f"{report.operations} ops, {report.unknown} unknown; {reports}")
+    assert report.ok, (report.result.failed, report.anomalies)
+    assert report.unknown > 0 and reports["MCPError timed out: unknown outcome"] > 0
+    # the stopped server's clients went on in new sessions, the third kept its one
+    assert mcp[0].sessions > 1 and mcp[1].sessions > 1 and mcp[2].sessions == 1
+    assert set(reports) <= {
+        "MCPError timed out: unknown outcome",
+        "a reading session: ExceptionGroup",  # one opened on the stopped server
+        "closing a lost session: ExceptionGroup",
+        "rate_limited: waited, called again",
+    }, reports
+    assert [what for _, what in procs[1].faults[-2:]] == ["SIGSTOP", "SIGCONT"]
+    assert all(p.running for p in procs)
+
+
 def test_a_commit_that_does_not_say_whether_it_replayed_is_checked_by_its_position() -> None:
     """Over HTTP and MCP a replay answers the first call's seq and says nothing more:
     ``replayed`` is ``None``; a repeated id must then answer the recorded position."""

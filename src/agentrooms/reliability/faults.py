@@ -6,7 +6,8 @@ always restores service; every fault is bounded (a run injects it, waits, heals 
 ``(time.monotonic_ns(), what)``, the clock the histories use.
 
 * the TCP proxy's modes (:mod:`agentrooms.reliability.proxy`): delay, drop, reset,
-  blackhole, between the client and Redis or PostgreSQL;
+  blackhole, and a reset aimed at a request in flight (forwarded, its reply cut),
+  between the client and Redis or PostgreSQL;
 * :class:`RedisServer`: a test-owned ``redis-server`` on a free port;
   :class:`RedisRestart` (``kill -9``, then start again on the same port) and
   :class:`ClientPause` (``CLIENT PAUSE ms WRITE|ALL``, healed by ``CLIENT UNPAUSE``);
@@ -39,7 +40,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import redis.asyncio as aioredis
 
-from agentrooms.reliability.proxy import Blackhole, Delay, Drop, Reset, TcpProxy
+from agentrooms.reliability.proxy import Blackhole, Delay, Drop, Reset, ResetInFlight, TcpProxy
 from agentrooms.reliability.servers import free_port, kill_process, stop_process
 
 __all__ = [
@@ -347,8 +348,14 @@ def _with(url: str, timeout: float) -> str:
 
 
 def proxy_faults(proxy: TcpProxy, log: Log, delay: float) -> list[Fault]:
-    """The proxy's four modes as faults."""
-    return [Delay(proxy, delay, log), Drop(proxy, log), Reset(proxy, log), Blackhole(proxy, log)]
+    """The proxy's five modes as faults."""
+    return [
+        Delay(proxy, delay, log),
+        Drop(proxy, log),
+        Reset(proxy, log),
+        Blackhole(proxy, log),
+        ResetInFlight(proxy, log),
+    ]
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,20 @@ Each mode is a :class:`~agentrooms.reliability.faults.Fault` built on the proxy:
   connection's bytes wait, in order, and are delivered at the heal, as TCP delivers what
   it resends once the path is back (unless an end gave up and closed meanwhile). The
   heal resets (RST) every connection accepted during the blackhole.
+* :class:`ResetInFlight` (``reset in flight``): aimed at a request in flight rather than
+  timed. While injected, every chunk the client sends is forwarded to the target and
+  marks its connection; the first bytes the target sends back on a marked connection
+  are never forwarded: the connection is reset (RST) on both sides instead. The request
+  reached the store and may have taken effect; its reply is lost. A connection marked
+  before the heal is still cut at its next reply.
+
+A proxy may listen on more ports than its own (:meth:`TcpProxy.listen`), each with a
+tag, so that a run gives each of its server processes a port of its own and knows whose
+a connection is. :meth:`TcpProxy.kill_in_flight` arms the proxy for one request of a
+tagged connection: the request is forwarded, and its reply is held while a callback
+(the run's ``kill -9`` of the tagged server) runs; if the callback killed the server,
+the connection is reset (RST) instead of passing the reply, else the reply passes and
+the proxy stays armed.
 
 A fault changes only the proxy's state; the target is never touched.
 """
@@ -29,13 +43,13 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrooms.reliability.servers import free_port
 
-__all__ = ["Blackhole", "Delay", "Drop", "Reset", "TcpProxy"]
+__all__ = ["Blackhole", "Delay", "Drop", "Reset", "ResetInFlight", "TcpProxy"]
 
 CHUNK = 65536
 CONNECT_TIMEOUT = 5.0
@@ -50,6 +64,9 @@ class _Link:
     target: asyncio.StreamWriter | None = None
     blackholed: bool = False
     lost: bool = False  # some of the client's bytes were dropped: it never forwards again
+    cut: bool = False  # a request went through in flight: its reply resets the link
+    tag: int | None = None  # which listener accepted it (None: the proxy's own port)
+    doomed: bool = False  # a request went through armed: its reply waits for the killer
 
 
 def _rst(writer: asyncio.StreamWriter | None) -> None:
@@ -66,7 +83,8 @@ def _rst(writer: asyncio.StreamWriter | None) -> None:
 class TcpProxy:
     """A proxy on ``127.0.0.1:port`` to ``target``. :meth:`start` before use,
     :meth:`stop` after (idempotent). Counters: ``accepted`` connections, ``resets``
-    sent, ``dropped`` bytes."""
+    sent, ``dropped`` bytes, ``cut`` replies (connections reset with a request in
+    flight), ``killed`` (replies held while the killer killed their server)."""
 
     def __init__(self, target: tuple[str, int], port: int | None = None) -> None:
         self.target = target
@@ -75,9 +93,12 @@ class TcpProxy:
         self.dropping = False
         self.resetting = False
         self.blackholing = False
+        self.cutting = False
         self._healed = asyncio.Event()  # set while no blackhole holds the bytes back
         self._healed.set()
-        self.accepted = self.resets = self.dropped = 0
+        self.accepted = self.resets = self.dropped = self.cut = self.killed = 0
+        self.killer: Callable[[int], Awaitable[bool]] | None = None
+        self._listeners: list[asyncio.Server] = []
         self._links: set[_Link] = set()
         self._pumps: set[asyncio.Task[None]] = set()  # every pump running, for stop
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,6 +155,8 @@ class TcpProxy:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
+        for listener in self._listeners:
+            listener.close()
         self._reset_all(lambda link: True)
         pumps = list(self._pumps)
         for task in pumps:
@@ -144,6 +167,35 @@ class TcpProxy:
         """Run ``coro`` on the proxy's loop and await its result from the caller's."""
         assert self._loop is not None, "not started"
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def listen(self, tag: int) -> int:
+        """Listen on one more free port too, whose connections are tagged ``tag``
+        (forwarded to the same target, under the same faults); the port."""
+        port = free_port()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._accept(reader, writer, tag)
+
+        async def start() -> None:
+            self._listeners.append(await asyncio.start_server(accept, "127.0.0.1", port))
+
+        await self.run(start())
+        return port
+
+    async def kill_in_flight(self, killer: Callable[[int], Awaitable[bool]] | None) -> None:
+        """Arm (``killer``) or disarm (``None``). Armed, each request of a tagged
+        connection is forwarded and marks it; its reply waits for ``killer(tag)``, an
+        awaitable on the proxy's loop (the caller's ``kill -9`` of that server, which
+        says whether it killed). Killed: the connection is reset (RST) instead of
+        passing the reply, and the proxy disarms; not killed: the reply passes."""
+
+        async def arm() -> None:
+            self.killer = killer
+            if killer is None:
+                for link in self._links:
+                    link.doomed = False
+
+        await self.run(arm())
 
     # ------------------------------------------------------------ on the proxy's loop
 
@@ -158,13 +210,15 @@ class TcpProxy:
         self.resets += count
         return count
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tag: int | None = None
+    ) -> None:
         self.accepted += 1
         if self.resetting:
             self.resets += 1
             _rst(writer)
             return
-        link = _Link(writer)
+        link = _Link(writer, tag=tag)
         self._links.add(link)
         if self.blackholing:
             link.blackholed = True
@@ -212,6 +266,18 @@ class TcpProxy:
                 await self._healed.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
+                if upstream and self.cutting:
+                    link.cut = True  # marked before the request leaves: its reply is cut
+                elif not upstream and link.cut:
+                    self.cut += 1
+                    self._reset_all(lambda other: other is link)
+                    return
+                if upstream and self.killer is not None and link.tag is not None:
+                    link.doomed = True
+                elif not upstream and link.doomed:
+                    link.doomed = False
+                    if await self._kill(link):
+                        return
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -222,6 +288,17 @@ class TcpProxy:
                 for w in (link.client, link.target):
                     if w is not None and not w.transport.is_closing():
                         w.close()
+
+    async def _kill(self, link: _Link) -> bool:
+        """The killer's verdict on ``link``'s server (its reply held meanwhile); if it
+        killed, the link is reset and the proxy disarmed."""
+        killer = self.killer
+        if killer is None or link.tag is None or not await killer(link.tag):
+            return False
+        self.killer = None
+        self.killed += 1
+        self._reset_all(lambda other: other is link)
+        return True
 
 
 class _ProxyFault:
@@ -303,3 +380,14 @@ class Blackhole(_ProxyFault):
         else:
             self.proxy._reset_all(lambda link: link.blackholed)
             self.proxy._healed.set()
+
+
+class ResetInFlight(_ProxyFault):
+    """A request in flight: each request sent while injected reaches the target, and its
+    connection is reset (RST) instead of forwarding the reply, so the caller cannot know
+    whether it took effect (``TcpProxy.cut`` counts them)."""
+
+    name = "proxy reset in flight"
+
+    async def _set(self, on: bool) -> None:
+        self.proxy.cutting = on

@@ -48,27 +48,24 @@ its answer means (acknowledged, unknown, failed) follows
 :attr:`HttpSurface.reports` by how the caller saw it. An MCP
 session lives on the server it opened on, so an :class:`McpSurface` stays on one server
 until that server loses its session (a killed server: the SDK's ``MCPError``
-"Connection closed", an unknown outcome), then opens a new one on another.
+"Connection closed", an unknown outcome), then opens a new one on another. Each MCP
+tool call has its own read timeout (the SDK's ``read_timeout_seconds``): a stopped
+server's call ends with ``MCPError`` "timed out", an unknown outcome, and the session
+moves to another server too (the session itself:
+:class:`~agentrooms.reliability.mcp_session.McpSession`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import random
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, Protocol, Self
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
 
 from agentrooms.reliability.history import Operation
+from agentrooms.reliability.mcp_session import McpSession, only
 from agentrooms.reliability.outcomes import HttpRequests, UnknownOutcome, unexpected
 from agentrooms.reliability.recorder import Workload, run_client
 
@@ -86,7 +83,6 @@ __all__ = [
 COMMITTER = "committer"
 """The agent every commit is sent as (idempotency keys are scoped to the agent)."""
 PAGE = 1000  # the API's largest page of events
-CONNECTION_CLOSED = -32000  # the SDK's MCPError code when the server's connection closed
 
 
 class Unsupported(NotImplementedError):
@@ -268,134 +264,6 @@ class HttpSurface:
         await self.requests.close()
 
 
-class McpSession:
-    """A client of the MCP endpoints (``/mcp``) of ``bases``, as agent ``agent``. Its
-    session opens on ``bases[0]``; when the server loses it (the connection closed: a
-    killed server), the call in flight is an unknown outcome and the next call opens a
-    new session on another server. The SDK's session is held by a task of its own;
-    :meth:`close` ends it.
-
-    What a tool's answer means: its body when it succeeded; ``{"error": {...}}`` for a
-    typed failure of :attr:`TYPED` (the caller reads it); ``rate_limited`` is waited
-    out and called again; ``store_unavailable`` or a lost connection is
-    :class:`UnknownOutcome`; any other failure is a bug (``RuntimeError``). Each is
-    counted in :attr:`reports` by how the caller saw it."""
-
-    TYPED: frozenset[str] = frozenset()
-    """The error types a caller reads as an outcome."""
-
-    def __init__(
-        self, bases: Sequence[str], agent: str, *, seed: int = 0, timeout: float = 10.0
-    ) -> None:
-        self.bases, self.agent, self.timeout = list(bases), agent, timeout
-        self.base = self.bases[0]
-        self.rng = random.Random(seed)
-        self.reports: Counter[str] = Counter()
-        self.sessions = 0  # sessions opened
-        self.answered = 0  # tool calls answered
-        self._holder: tuple[asyncio.Task[None], asyncio.Event] | None = None
-        self._client: Client | None = None
-
-    @asynccontextmanager
-    async def _session(self, agent: str) -> AsyncIterator[Client]:
-        timeout = httpx2.Timeout(self.timeout)
-        async with (
-            httpx2.AsyncClient(headers={"X-Agent": agent}, timeout=timeout) as http,
-            Client(streamable_http_client(f"{self.base}/mcp", http_client=http)) as client,
-        ):
-            yield client
-
-    async def open(self) -> Self:
-        """Open a session on :attr:`base`, held by a task of its own (the SDK's
-        sessions must be closed by the task that opened them, and each recorded call
-        runs in a task of its own). ``UnknownOutcome`` if it cannot be opened (the
-        server is gone; the next try goes to another): how it failed is counted in
-        :attr:`reports`."""
-        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        done = asyncio.Event()
-
-        async def hold() -> None:
-            try:
-                async with self._session(self.agent) as client:
-                    ready.set_result(client)
-                    await done.wait()
-            except Exception as exc:
-                if not ready.done():
-                    ready.set_exception(exc)
-                else:  # a session whose server is gone ends with its error
-                    self.reports[f"closing a lost session: {type(exc).__name__}"] += 1
-
-        holder = asyncio.create_task(hold())
-        try:
-            self._client = await ready
-        except Exception as exc:
-            await holder
-            seen = f"opening a session: {type(exc).__name__}"
-            self.reports[seen] += 1
-            self._move()
-            raise UnknownOutcome(f"no MCP session on {self.base}", seen) from exc
-        self._holder, self.sessions = (holder, done), self.sessions + 1
-        return self
-
-    def _move(self) -> None:
-        """The next session opens on another server."""
-        others = [b for b in self.bases if b != self.base]
-        self.base = self.rng.choice(others or self.bases)
-
-    async def _close(self) -> None:
-        holder, self._holder, self._client = self._holder, None, None
-        if holder is not None:
-            task, done = holder
-            done.set()
-            await task
-
-    async def _lost(self) -> None:
-        """The server lost the session: close it; the next call opens one elsewhere."""
-        await self._close()
-        self._move()
-
-    async def _call(self, tool: str, client: Client | None = None, **args: Any) -> dict[str, Any]:
-        """The tool's body, or ``{"error": {...}}`` for a typed failure."""
-        if client is None and self._client is None:
-            await self.open()
-        session = client or self._client
-        assert session is not None
-        while True:
-            try:
-                result: CallToolResult = await session.call_tool(tool, args)
-            except (httpx2.TransportError, MCPError) as exc:
-                if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
-                    raise
-                shown = f"MCPError {exc.message!r}" if isinstance(exc, MCPError) else ""
-                seen = f"{shown or type(exc).__name__}: unknown outcome"
-                self.reports[seen] += 1
-                if client is None:
-                    await self._lost()
-                raise UnknownOutcome(f"{tool}: {shown or type(exc).__name__}", seen) from exc
-            self.answered += 1
-            block = result.content[0]
-            assert isinstance(block, TextContent)
-            if not result.is_error:
-                body: dict[str, Any] = json.loads(block.text)
-                return body
-            assert result.structured_content is not None
-            error: dict[str, Any] = result.structured_content["error"]
-            if error["type"] == "rate_limited":
-                self.reports["rate_limited: waited, called again"] += 1
-                await asyncio.sleep(0.2)
-                continue
-            if error["type"] == "store_unavailable":
-                seen = "store_unavailable: unknown outcome"
-                self.reports[seen] += 1
-                raise UnknownOutcome(f"{tool}: store_unavailable", seen)
-            if error["type"] in self.TYPED:
-                return {"error": error}
-            raise RuntimeError(f"{tool}{args}: {block.text}")
-
-    async def close(self) -> None:
-        await self._close()
-
-
 class McpSurface(McpSession):
     """One recording client of the MCP endpoints (``/mcp``) of ``bases``, as agent
     :data:`COMMITTER` (its ``request_id``s must share an agent), on the documents of
@@ -447,12 +315,19 @@ class McpSurface(McpSession):
         try:
             async with self._session(f"reader-{uuid.uuid4().hex[:12]}") as reader:
                 body = await self._call("read_new_events", reader, room=room, limit=PAGE)
-        except UnknownOutcome:
-            raise
         except Exception as exc:
-            seen = f"a reading session: {type(exc).__name__}"
-            self.reports[seen] += 1
-            raise UnknownOutcome(f"no reading session on {self.base}", seen) from exc
+            # the call's own outcome (counted already) comes wrapped by the SDK's task
+            # group; unless the store answered it (store_unavailable), the server did
+            # not: the client moves to another, as when its own session is lost
+            leaf = only(exc)
+            if not isinstance(leaf, UnknownOutcome):
+                seen = f"a reading session: {type(exc).__name__}"
+                self.reports[seen] += 1
+                leaf = UnknownOutcome(f"no reading session on {self.base}", seen)
+                leaf.__cause__ = exc
+            if not leaf.seen.startswith("store_unavailable"):
+                self._lost()
+            raise leaf from leaf.__cause__
         if "error" in body or body.get("more"):
             raise RuntimeError(f"read_new_events did not read the whole log: {body}")
         events: list[dict[str, Any]] = body["events"]

@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from agentrooms.errors import StoreUnavailable
 from agentrooms.reliability.history import Operation
+from agentrooms.reliability.outcomes import UnknownOutcome
 
 __all__ = [
     "INCARNATIONS",
+    "UNKNOWN",
     "Closer",
     "Journal",
     "Killed",
@@ -49,6 +52,7 @@ __all__ = [
     "load_journals",
     "prepare",
     "ready_then_wait",
+    "settled",
     "supervised",
     "surface_of",
     "task_life",
@@ -61,6 +65,15 @@ T = TypeVar("T")
 
 INCARNATIONS = 100
 """Client ids are ``slot * INCARNATIONS + incarnation``: one per life of a worker."""
+
+CONNECT_BUDGET = 30.0
+"""Seconds a worker process tries to open its store (or client) while it is out of reach."""
+
+UNKNOWN = (StoreUnavailable, UnknownOutcome, TimeoutError)
+"""What a worker's call may raise when its outcome is unknown: the library's
+``StoreUnavailable``, what an HTTP or MCP caller saw (``UnknownOutcome``), or a deadline.
+Nothing else is caught: a raw driver exception ends the worker, and so the run, with
+its traceback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,8 +414,18 @@ async def worker_process(
     """A worker process's life: ``connect(spec)`` opens what it calls (and what closes
     it), then the ready / go handshake (:func:`ready_then_wait`), then ``body`` with
     the life's journal (``spec["out"]``). The journal and the connections are closed
-    however ``body`` ends (errors of the closing suppressed: the process is ending)."""
-    calls, closers = await connect(spec)
+    however ``body`` ends (errors of the closing suppressed: the process is ending). A
+    worker started while the store is out of reach (``StoreUnavailable``: a store
+    fault) tries to connect again, for :data:`CONNECT_BUDGET` seconds."""
+    deadline = time.monotonic() + CONNECT_BUDGET
+    while True:
+        try:
+            calls, closers = await connect(spec)
+            break
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
     await ready_then_wait(spec)
     journal = Journal(spec["out"], spec["client"])
     try:
@@ -412,6 +435,20 @@ async def worker_process(
         for close in closers:
             with contextlib.suppress(Exception):
                 await close()
+
+
+async def settled(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, called again while it raises ``StoreUnavailable`` (for
+    :data:`CONNECT_BUDGET` seconds): a run's own final reads, which may come while a
+    store fault of the caller's is still held or just healed."""
+    deadline = time.monotonic() + CONNECT_BUDGET
+    while True:
+        try:
+            return await call()
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def worker_main(

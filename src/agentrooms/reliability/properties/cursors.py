@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,6 +42,7 @@ from typing import Any, Literal, Protocol
 from agentrooms.errors import StoreUnavailable
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
+    UNKNOWN,
     Closer,
     Journal,
     Processes,
@@ -51,6 +53,7 @@ from agentrooms.reliability.properties.common import (
     life,
     load_journals,
     prepare,
+    settled,
     supervised,
     surface_of,
     task_life,
@@ -100,11 +103,6 @@ class CursorCalls(Reads, Protocol):
     :class:`~agentrooms.reliability.properties.http.HttpEvents` over HTTP."""
 
     async def ack(self, agent: str, seq: int) -> int: ...
-
-
-UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
-"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
-``ConnectionError``)."""
 
 
 def _agent(slot: int, workers: int) -> str:
@@ -407,8 +405,10 @@ async def run_cursors(
             touch(stop_file)
             await run
         ops = load_journals(paths)
-        cursors = {a: await events.cursor(a) for a in {_agent(s, workers) for s in range(slots)}}
-        anomalies, counts = check_cursors(ops, await store.last_seq(room), cursors, ack=ack)
+        agents = {_agent(s, workers) for s in range(slots)}
+        cursors = {a: await settled(functools.partial(events.cursor, a)) for a in agents}
+        last = await settled(lambda: store.last_seq(room))
+        anomalies, counts = check_cursors(ops, last, cursors, ack=ack)
     finally:
         await store.close()
     return PropertyReport(
@@ -422,9 +422,16 @@ async def run_cursors(
 
 
 async def _produce(events: Events, count: int, rng: random.Random) -> None:
-    """Append ``count`` events (type ``item``), a few milliseconds apart."""
+    """Append ``count`` events (type ``item``), a few milliseconds apart. Each has a
+    command id, so a post whose outcome was unknown (``StoreUnavailable``: a store
+    fault) is sent again and appended once."""
     for i in range(count):
-        await events.post("item", i)
+        while True:
+            try:
+                await events.post("item", i, command_id=f"item-{i}")
+                break
+            except StoreUnavailable:
+                await asyncio.sleep(0.05)
         await asyncio.sleep(rng.uniform(0.0, 0.01))
 
 

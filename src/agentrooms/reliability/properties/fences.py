@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentrooms.errors import InvalidTransition, StaleFence, StoreUnavailable
+from agentrooms.errors import InvalidTransition, StaleFence
 from agentrooms.reliability.history import Operation
 from agentrooms.reliability.properties.common import (
+    UNKNOWN,
     Closer,
     Journal,
     Processes,
@@ -37,6 +38,7 @@ from agentrooms.reliability.properties.common import (
     life,
     load_journals,
     prepare,
+    settled,
     supervised,
     surface_of,
     task_life,
@@ -81,11 +83,6 @@ class PlanCalls(Protocol):
     async def complete(self, lease: Lease, result: JSON = None) -> object: ...
 
     async def tasks(self) -> Sequence[HasStatus]: ...
-
-
-UNKNOWN = (StoreUnavailable, ConnectionError, TimeoutError)
-"""What a call raises when its outcome is unknown (``UnknownOutcome`` over HTTP is a
-``ConnectionError``)."""
 
 
 async def fence_worker(
@@ -322,7 +319,7 @@ async def run_fences(
             }
             injected = await _processes(spec, workers, workdir, faults, work, paths, started)
         ops = load_journals(paths)
-        anomalies, counts = check_fences(ops, await _final(store, room))
+        anomalies, counts = check_fences(ops, await settled(lambda: _final(store, room)))
     finally:
         await store.close()
     injected += counts.get("stalls", 0)

@@ -50,6 +50,7 @@ from agentrooms.reliability.properties.common import (
     life,
     load_journals,
     prepare,
+    settled,
     supervised,
     task_life,
     touch,
@@ -287,7 +288,8 @@ async def run_outbox(
         async with supervised(workers, body, None if in_process else procs, started) as run:
             await _drive(outbox, sink, Journal(paths[0], RECONCILER), work, run, procs, stop_file)
         ops = load_journals(paths)
-        final = {e.id: {"status": e.status, "fence": e.fence} for e in await outbox.effects()}
+        effects = await settled(outbox.effects)
+        final = {e.id: {"status": e.status, "fence": e.fence} for e in effects}
         anomalies, counts = check_outbox(ops, final, sink.rows())
     finally:
         await store.close()

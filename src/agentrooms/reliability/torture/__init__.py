@@ -20,17 +20,22 @@ to the runner as it happens (over a socket), so a client killed with ``kill -9``
 its call in flight as an unknown outcome.
 
 Faults, drawn per history from those the backend and surface allow (:func:`fault_kinds`):
-``kill -9`` of a client process (a cancelled client task on ``memory://``); over HTTP,
-``kill -9`` of a server process (restarted on its port in the background) and
-SIGSTOP/SIGCONT of one; over MCP, the kill; and, when the run owns its store (no
+``kill -9`` of a client process (a cancelled client task on ``memory://``); over HTTP
+and MCP, ``kill -9`` of a server process (restarted on its port in the background) and
+SIGSTOP/SIGCONT of one; and, when the run owns its store (no
 ``url``), the store faults of :func:`~agentrooms.reliability.faults.store_under_test`
-(the TCP proxy's delay, drop, reset and blackhole between every client or server
-process and Redis or PostgreSQL, ``CLIENT PAUSE`` and a restart of the run's own
+(the TCP proxy's delay, drop, reset, blackhole and reset of a request in flight between
+every client or server process and Redis or PostgreSQL, ``CLIENT PAUSE`` and a restart
+of the run's own
 ``redis-server``, ``pg_terminate_backend`` of the run's database, ``kill -9`` of a
-SQLite writer; none on memory). Each fault is injected after a number of answers, so it
-lands mid-history however fast the machine is; at most one server is down at a time and
-one store fault is active at a time; every fault is healed after its time or once the
-history's clients are done, before the history is checked.
+SQLite writer; none on memory), and over HTTP and MCP on Redis and PostgreSQL a
+``kill -9`` of a server in flight: each server reaches the store through a port of the
+proxy's own, and the proxy holds the reply to the next request a server sent while it
+was armed, has that server killed (and restarted), and resets the connection. Each
+fault is injected after a number of answers, so it lands mid-history however fast the
+machine is; at most one server is down at a time and one store fault is active at a
+time; every fault is healed after its time or once the history's clients are done,
+before the history is checked.
 """
 
 from agentrooms.reliability.torture.journal import (
@@ -50,6 +55,7 @@ from agentrooms.reliability.torture.settings import (
     CLIENT_CANCEL,
     CLIENT_KILL,
     SERVER_KILL,
+    SERVER_KILL_IN_FLIGHT,
     SERVER_STOP,
     SURFACES,
     PlannedFault,
@@ -68,6 +74,7 @@ __all__ = [
     "GRACE_NS",
     "NO_FAULT",
     "SERVER_KILL",
+    "SERVER_KILL_IN_FLIGHT",
     "SERVER_STOP",
     "SURFACES",
     "HistoryResult",

@@ -29,6 +29,11 @@ class Cluster:
         self.check()
         return [p.base for p, up in zip(self.procs, self.up, strict=True) if up]
 
+    async def settled(self) -> None:
+        """Wait for the restarts in progress (their errors are raised by :meth:`check`)."""
+        if self.restarts:
+            await asyncio.wait(set(self.restarts))
+
     def check(self) -> None:
         """Raise the error of a restart that failed."""
         for task in [t for t in self.restarts if t.done()]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from agentrooms.errors import StoreUnavailable, VersionConflict
 from agentrooms.reliability.history import Operation, dump_jsonl
+from agentrooms.reliability.proxy import TcpProxy
 from agentrooms.reliability.recorder import (
     UNKNOWN_OUTCOME,
     LibrarySurface,
@@ -45,7 +46,10 @@ from agentrooms.reliability.torture.journal import (
 from agentrooms.reliability.torture.settings import (
     CLIENT_CANCEL,
     CLIENT_KILL,
+    HTTP_TIMEOUT,
+    MCP_TIMEOUT,
     SERVER_KILL,
+    SERVER_KILL_IN_FLIGHT,
     SERVER_STOP,
     SPARES,
     VERIFY_TIMEOUT,
@@ -62,7 +66,7 @@ from agentrooms.store import Store, open_store
 
 __all__ = ["RunStore", "run_torture"]
 
-CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms
+CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms, or its reads
 
 # ------------------------------------------------------------------------------ runner
 
@@ -71,11 +75,13 @@ CREATE_BUDGET = 30.0  # seconds the runner retries creating a history's rooms
 class RunStore:
     """The store of a run: ``url`` is what client and server processes open (through
     the rig's proxy when the run owns its store), ``direct_url`` the runner's own
-    handle (past the proxy), ``faults`` the store faults the run may draw."""
+    handle (past the proxy), ``faults`` the store faults the run may draw, ``proxy``
+    the rig's proxy when the run draws faults and has one (Redis, PostgreSQL)."""
 
     url: str
     direct_url: str
     faults: list[StoreFault]
+    proxy: TcpProxy | None = None
 
 
 @contextlib.asynccontextmanager
@@ -90,7 +96,7 @@ async def _store(settings: Settings, workdir: Path) -> AsyncIterator[RunStore]:
 
     async with store_under_test(settings.backend, workdir) as rig:
         faults: list[StoreFault] = list(rig.faults) if settings.faults else []
-        yield RunStore(rig.url, rig.direct_url, faults)
+        yield RunStore(rig.url, rig.direct_url, faults, rig.proxy if faults else None)
 
 
 class _Runner:
@@ -104,7 +110,8 @@ class _Runner:
         self.settings, self.workdir, self.out = settings, workdir, out
         self.url, self.direct_url = store.url, store.direct_url
         self.store_faults = {f.name: f for f in store.faults}
-        self.kinds = fault_kinds(settings, store.faults)
+        self.proxy = store.proxy
+        self.kinds = fault_kinds(settings, store.faults, proxied=store.proxy is not None)
         self.run_id = uuid.uuid4().hex[:8]
         self.store: Store | None = None  # the runner's own handle (verifying, memory)
         self.pool: Pool | None = None
@@ -119,7 +126,13 @@ class _Runner:
             self.pool = Pool(spec)
             self.pool.spawn(s.clients + SPARES)  # while the servers start
         if s.surface != "library":
-            procs = [ServerProcess(self.url, self.workdir) for _ in range(s.servers)]
+            urls = [self.url] * s.servers
+            if self.proxy is not None:  # a port of the proxy's own per server: whose it is
+                own = f"127.0.0.1:{self.proxy.port}"
+                assert own in self.url, self.url
+                ports = [await self.proxy.listen(i) for i in range(s.servers)]
+                urls = [self.url.replace(own, f"127.0.0.1:{p}") for p in ports]
+            procs = [ServerProcess(url, self.workdir) for url in urls]
             self.cluster = Cluster(procs)
             await self.cluster.start()
 
@@ -203,11 +216,14 @@ class _Runner:
         return result
 
     async def _rooms(self, room: str) -> list[str]:
-        """Over HTTP or MCP: create the history's rooms; the servers that are up."""
+        """Over HTTP or MCP: wait for the servers restarting (a history starts with
+        every server up, so that its server faults find one to hit), create the
+        history's rooms; the servers' bases."""
         if self.cluster is None:
             return []
         from agentrooms.reliability.surfaces import logs
 
+        await self.cluster.settled()
         bases = self.cluster.bases()
         assert self.store is not None
         rooms = Rooms(self.store)
@@ -275,6 +291,12 @@ class _Runner:
                     runs[victim].cancel()
                 injected.append(Window(fault.kind).closed())
                 continue
+            if fault.kind == SERVER_KILL_IN_FLIGHT:
+                if store_heal is not None:  # the proxy's: one store fault at a time
+                    await asyncio.wait([store_heal])
+                store_heal = asyncio.create_task(self._kill_in_flight(fault, injected, over))
+                heals.append(store_heal)
+                continue
             if fault.kind in (SERVER_KILL, SERVER_STOP):
                 assert self.cluster is not None
                 cluster = self.cluster
@@ -298,10 +320,45 @@ class _Runner:
                 await store_fault.inject()
                 heal = store_fault.heal()
             injected.append(window)
-            task = asyncio.create_task(heal_after(fault.seconds, heal, over, window))
+            seconds = fault.seconds
+            if fault.kind == SERVER_STOP and self.settings.surface == "mcp":
+                # held in proportion to the MCP call's timeout, as over HTTP to its
+                # own: some stops outlast their callers' timeouts
+                seconds *= MCP_TIMEOUT / HTTP_TIMEOUT
+            task = asyncio.create_task(heal_after(seconds, heal, over, window))
             heals.append(task)
             if fault.kind in self.store_faults:
                 store_heal = task
+
+    async def _kill_in_flight(
+        self, fault: PlannedFault, injected: list[Window], over: asyncio.Event
+    ) -> None:
+        """Arm the proxy for ``fault.seconds`` (or until ``over``): the first server
+        whose request to the store then gets its reply while another server is up is
+        killed (``kill -9``) before the reply passes, and restarted in the background;
+        its window opens at the kill and closes once it runs again. Not killed while
+        no request came, or while only one server was up."""
+        assert self.proxy is not None and self.cluster is not None
+        cluster, loop = self.cluster, asyncio.get_running_loop()
+
+        async def kill(server: int) -> bool:  # on the runner's loop
+            if not cluster.up[server] or cluster.candidate(0) is None:
+                return False  # at most one server down at a time
+            window = Window(fault.kind)
+            cluster.kill(server).add_done_callback(window.on_done)
+            injected.append(window)
+            return True
+
+        async def killer(server: int) -> bool:  # on the proxy's loop
+            future = asyncio.run_coroutine_threadsafe(kill(server), loop)
+            return await asyncio.wrap_future(future)
+
+        await self.proxy.kill_in_flight(killer)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(over.wait(), fault.seconds)
+        finally:
+            await asyncio.shield(self.proxy.kill_in_flight(None))
 
     async def _integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the SQLite file (after a process was killed)."""
@@ -320,9 +377,12 @@ class _Runner:
 
     async def _verify(self, ops: list[Operation], room: str, final: Journal) -> RunReport:
         """The final reads (recorded in ``final``), through a surface of the run's,
-        retried while their outcome is unknown; then the checks."""
+        retried while their outcome is unknown (for :data:`CREATE_BUDGET` seconds: the
+        store may still be out of reach a moment after a fault's heal); then the
+        checks."""
         s = self.settings
-        for attempt in range(5):
+        deadline = time.monotonic() + CREATE_BUDGET
+        while True:
             surface: Surface
             if self.cluster is None:
                 assert self.store is not None
@@ -339,12 +399,11 @@ class _Runner:
             try:
                 return await verify(ops, journaled, s.clients, budget=s.budget)
             except UNKNOWN_OUTCOME:
-                if attempt == 4:
+                if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
             finally:
                 await surface.close()
-        raise AssertionError("unreachable")
 
     def _save(self, result: HistoryResult, workload: Workload, ops: list[Operation]) -> Path:
         s = self.settings

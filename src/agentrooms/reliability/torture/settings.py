@@ -16,6 +16,7 @@ __all__ = [
     "CLIENT_CANCEL",
     "CLIENT_KILL",
     "SERVER_KILL",
+    "SERVER_KILL_IN_FLIGHT",
     "SERVER_STOP",
     "SURFACES",
     "PlannedFault",
@@ -33,6 +34,7 @@ CLIENT_KILL = "client kill -9"
 CLIENT_CANCEL = "client task cancelled"
 SERVER_KILL = "server kill -9, restart"
 SERVER_STOP = "server SIGSTOP, SIGCONT"
+SERVER_KILL_IN_FLIGHT = "server kill -9 in flight"
 
 HTTP_TIMEOUT = 0.6  # seconds before a sent request's outcome is unknown
 MCP_TIMEOUT = 2.0
@@ -159,16 +161,21 @@ def _shown(url: str) -> str:
     return shown_url(url)
 
 
-def fault_kinds(settings: Settings, store_faults: Sequence[StoreFault] = ()) -> dict[str, int]:
+def fault_kinds(
+    settings: Settings, store_faults: Sequence[StoreFault] = (), *, proxied: bool = False
+) -> dict[str, int]:
     """The faults a run of ``settings`` draws from, each with its weight (a server's
-    restart costs seconds of CPU: it is drawn half as often as the others)."""
+    restart costs seconds of CPU: it is drawn half as often as the others).
+    ``proxied``: the servers reach the store through the run's proxy, which can hold a
+    server's request to the store while that server is killed
+    (:data:`SERVER_KILL_IN_FLIGHT`, over HTTP and MCP)."""
     if not settings.faults:
         return {}
     kinds = {CLIENT_CANCEL if settings.backend == "memory" else CLIENT_KILL: 2}
-    if settings.surface == "http":
+    if settings.surface in ("http", "mcp"):  # an MCP call has a read timeout of its own
         kinds |= {SERVER_KILL: 1, SERVER_STOP: 2}
-    elif settings.surface == "mcp":
-        kinds[SERVER_KILL] = 1
+        if proxied:
+            kinds[SERVER_KILL_IN_FLIGHT] = 1
     kinds |= {f.name: 2 for f in store_faults}
     return kinds
 
