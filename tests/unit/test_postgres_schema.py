@@ -257,7 +257,6 @@ async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
     try:
         await conn.execute("ALTER TABLE events DROP COLUMN author, DROP COLUMN recipients")
         await conn.execute("DELETE FROM schema_migrations WHERE version > 6")
-        await conn.execute("DROP FUNCTION transact_recording")
         await conn.execute("DROP FUNCTION transact")
         for name, args in [("transact", _OLD_ARGS), ("transact_recording", _OLD_ARGS + ", text[]")]:
             await conn.execute(
@@ -299,7 +298,6 @@ async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
     try:
         await conn.execute("ALTER TABLE events DROP COLUMN recipients")
         await conn.execute("DELETE FROM schema_migrations WHERE version > 7")
-        await conn.execute("DROP FUNCTION transact_recording")
         await conn.execute("DROP FUNCTION transact")
         args = _OLD_ARGS + ", text[]"
         for name, given in [("transact", args), ("transact_recording", args + ", text[]")]:
@@ -326,6 +324,50 @@ async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
     finally:
         await store.close()
     fresh = await _fresh(postgres_url)
+    for what in CATALOG:
+        assert migrated[what] == fresh[what], what
+
+
+async def test_a_schema_at_version_8_gets_one_transact_and_keeps_its_outcomes(
+    postgres_url: str, schema: str
+) -> None:
+    """Migration 0009 on a schema as version 8 left it (transact() without
+    p_outcome_keys, beside transact_recording()): both are dropped, the one transact()
+    records outcomes, an outcome recorded before reads as it was, and the schema ends
+    with a fresh schema's catalog."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        before = await store.transact("r", writes=[PutOutcome("o", {"a": 1}), Put("k", 1)])
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("DELETE FROM schema_migrations WHERE version > 8")
+        await conn.execute("DROP FUNCTION transact")
+        args = _OLD_ARGS + ", text[], text[]"
+        for name, given in [("transact", args), ("transact_recording", args + ", text[]")]:
+            await conn.execute(
+                f"CREATE FUNCTION {name}({given}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
+            )
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        old = (await store.read("r", ["o"])).records["o"]
+        recorded = {"versions": {"k": before.versions["k"]}, "seqs": []}
+        assert old.value == {"outcome": recorded, "a": 1}
+        after = await store.transact("r", writes=[PutOutcome("p", {})], appends=[Append("e")])
+        new = (await store.read("r", ["p"])).records["p"]
+        assert new.value == {"outcome": {"versions": {}, "seqs": after.seqs}}
+        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+        try:
+            migrated = await _dump(conn, schema)
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    fresh = await _fresh(postgres_url)
+    assert "transact_recording" not in repr(fresh["functions"])
     for what in CATALOG:
         assert migrated[what] == fresh[what], what
 

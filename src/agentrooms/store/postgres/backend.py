@@ -266,10 +266,8 @@ class PostgresStore(Store):
         nothing: each one's result, or the compare failure it raises."""
         args = batch_args(batch)
         outcome_keys = [next((w.key for w in ops.writes if w.outcome), None) for ops in batch]
-        if any(outcome_keys):
-            [row] = await self._fetch("transact_recording", room, *args, outcome_keys)
-        else:
-            [row] = await self._fetch("transact", room, *args)
+        recording = outcome_keys if any(outcome_keys) else None
+        [row] = await self._fetch("transact", room, *args, recording)
         conflicts: dict[int, dict[str, int | None]] = {}
         for item, key, version in zip(
             row["conflict_items"] or (),

@@ -84,19 +84,12 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
 
 -- name: transact
 -- Apply a batch of independent transacts of one room, each all or nothing, in one
--- transaction: see functions/transact.sql.
+-- transaction ($21: per item, the key of its outcome record or NULL; NULL if none
+-- records one): see functions/transact.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM {schema}.transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                         $17, $18, $19, $20);
-
--- name: transact_recording
--- transact, for a batch some of whose items record their outcome ($21: per item, the
--- key of its outcome record or NULL): see functions/transact_recording.sql.
-SELECT now, versions, first_seqs, stale_at, stale_current,
-       conflict_items, conflict_keys, conflict_versions
-  FROM {schema}.transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-                                   $14, $15, $16, $17, $18, $19, $20, $21);
+                         $17, $18, $19, $20, $21);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
