@@ -552,6 +552,14 @@ async def test_compare_and_set_path_keeps_the_rules(pg: Store) -> None:
     with pytest.raises(VersionConflict) as info:  # a version no store reaches: no overflow
         await pg.transact("r", [VersionIs("k", 2**70)], [Put("k", 3)])
     assert info.value.conflicts == {"k": r.versions["k"]}
+    with pytest.raises(VersionConflict) as info:  # stale: the record's version, unchanged
+        await pg.transact("r", [VersionIs("k", v)], [Put("k", 3)])
+    assert info.value.conflicts == {"k": r.versions["k"]}
+    assert (await pg.read("r", ["k"])).get("k") == record
+    with pytest.raises(VersionConflict) as info:  # never written: absent
+        await pg.transact("r", [VersionIs("never", v)], [Put("never", 3)])
+    assert info.value.conflicts == {"never": None}
+    assert not (await pg.read("r", ["never"])).records
     await asyncio.sleep(0.4)
     with pytest.raises(VersionConflict) as info:  # expired is absent
         await pg.transact("r", [VersionIs("k", r.versions["k"])], [Put("k", 3)])
