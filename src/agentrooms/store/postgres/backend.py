@@ -4,7 +4,8 @@ Every operation is one statement in one round trip (asyncpg, over the small pool
 ``pool.py``); the SQL lives in ``queries.sql``, ``migrations/`` and ``functions/``
 (see ``sql.py``), where ``transact`` is a PL/pgSQL function that locks, compares and
 writes in one transaction at READ COMMITTED. A put guarded by its own version, the
-commonest transact, is one plain ``UPDATE`` (``compare_and_set``).
+commonest transact, is one plain ``UPDATE`` (``compare_and_set``), followed by a read
+of the record only when it did not apply (docs/why.md).
 
 Transacts that append to a room's log are serialized by the room's append lock, held to
 commit, so a room's appends take turns at the write-ahead log flush. A store therefore
