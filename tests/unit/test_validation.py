@@ -49,6 +49,11 @@ def test_the_guarded_put_shortcut_is_the_general_path(compare: Any, write: Any) 
         assert shortcut.compares == [compare] and not shortcut.appends
 
 
+def test_the_guarded_put_counts_against_the_operation_limit() -> None:
+    with pytest.raises(BadRequest, match="at most 1 operations"):
+        prepare_transact([VersionIs("k", 1)], [Put("k", 1)], (), Limits(max_ops=1))
+
+
 def test_a_prepared_transact_does_not_share_the_callers_lists() -> None:
     compares, writes = [VersionIs("k", 1)], [Put("k", 1)]
     prepared = prepare_transact(compares, writes, (), LIMITS)

@@ -168,7 +168,7 @@ def prepare_transact(
     """Validate and encode one transact's operations (raising before any IO)."""
     if type(compares) is list and type(writes) is list and len(compares) == len(writes) == 1:
         c, w = compares[0], writes[0]
-        if type(c) is VersionIs and type(w) is Put and appends == ():
+        if type(c) is VersionIs and type(w) is Put and appends == () and limits.max_ops >= 2:
             return _prepare_guarded_put(c, w, limits)
     cmp_list, write_list, append_list = list(compares), list(writes), list(appends)
     if len(cmp_list) + len(write_list) + len(append_list) > limits.max_ops:
