@@ -242,6 +242,39 @@ _OLD_ARGS = (  # transact()'s arguments before migration 0007 added p_authors
 )
 
 
+async def _as_at(postgres_url: str, schema: str, version: int, changes: list[str]) -> None:
+    """Make ``schema`` look as ``version`` left it: the ``changes`` made (its tables back
+    to that version), its later migrations unrecorded, and in place of today's
+    transact() the two functions it had then, transact() with that version's arguments
+    and transact_recording() with one more array (stubs: migrate must drop them)."""
+    args = {6: _OLD_ARGS, 7: _OLD_ARGS + ", text[]", 8: _OLD_ARGS + ", text[], text[]"}[version]
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        for change in changes:
+            await conn.execute(change)
+        await conn.execute("DELETE FROM schema_migrations WHERE version > $1", version)
+        await conn.execute("DROP FUNCTION transact")
+        for name, given in [("transact", args), ("transact_recording", args + ", text[]")]:
+            await conn.execute(
+                f"CREATE FUNCTION {name}({given}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
+            )
+    finally:
+        await conn.close()
+
+
+async def _assert_fresh(postgres_url: str, schema: str) -> None:
+    """``schema`` has the catalog of a fresh schema."""
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        migrated = await _dump(conn, schema)
+    finally:
+        await conn.close()
+    fresh = await _fresh(postgres_url)
+    assert "transact_recording" not in repr(fresh["functions"])
+    for what in CATALOG:
+        assert migrated[what] == fresh[what], what
+
+
 async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
     postgres_url: str, schema: str
 ) -> None:
@@ -253,34 +286,18 @@ async def test_a_schema_at_version_6_gets_event_authors_and_keeps_its_events(
         await store.transact("r", appends=[Append("old")])
     finally:
         await store.close()
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
-    try:
-        await conn.execute("ALTER TABLE events DROP COLUMN author, DROP COLUMN recipients")
-        await conn.execute("DELETE FROM schema_migrations WHERE version > 6")
-        await conn.execute("DROP FUNCTION transact_recording")
-        await conn.execute("DROP FUNCTION transact")
-        for name, args in [("transact", _OLD_ARGS), ("transact_recording", _OLD_ARGS + ", text[]")]:
-            await conn.execute(
-                f"CREATE FUNCTION {name}({args}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
-            )
-    finally:
-        await conn.close()
+    await _as_at(
+        postgres_url, schema, 6, ["ALTER TABLE events DROP COLUMN author, DROP COLUMN recipients"]
+    )
     store = await open_store(_url(postgres_url, schema))
     try:
         await store.transact("r", writes=[PutOutcome("o", {})], appends=[Append("new", author="a")])
         await store.transact("r", appends=[Append("newer", author="b")])
         log = await store.read_log("r")
         assert [(e.type, e.author) for e in log] == [("old", None), ("new", "a"), ("newer", "b")]
-        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
-        try:
-            migrated = await _dump(conn, schema)
-        finally:
-            await conn.close()
     finally:
         await store.close()
-    fresh = await _fresh(postgres_url)
-    for what in CATALOG:
-        assert migrated[what] == fresh[what], what
+    await _assert_fresh(postgres_url, schema)
 
 
 async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
@@ -295,19 +312,7 @@ async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
         await store.transact("r", appends=[Append("old", author="a")])
     finally:
         await store.close()
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
-    try:
-        await conn.execute("ALTER TABLE events DROP COLUMN recipients")
-        await conn.execute("DELETE FROM schema_migrations WHERE version > 7")
-        await conn.execute("DROP FUNCTION transact_recording")
-        await conn.execute("DROP FUNCTION transact")
-        args = _OLD_ARGS + ", text[]"
-        for name, given in [("transact", args), ("transact_recording", args + ", text[]")]:
-            await conn.execute(
-                f"CREATE FUNCTION {name}({given}) RETURNS void LANGUAGE sql AS $$ SELECT $$"
-            )
-    finally:
-        await conn.close()
+    await _as_at(postgres_url, schema, 7, ["ALTER TABLE events DROP COLUMN recipients"])
     store = await open_store(_url(postgres_url, schema))
     try:
         await store.transact("r", writes=[PutOutcome("o", {})], appends=[Append("new", to=["b"])])
@@ -318,16 +323,35 @@ async def test_a_schema_at_version_7_gets_event_recipients_and_keeps_its_events(
             ("new", None, ("b",), ()),
             ("newer", None, (), ("rev",)),
         ]
-        conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
-        try:
-            migrated = await _dump(conn, schema)
-        finally:
-            await conn.close()
     finally:
         await store.close()
-    fresh = await _fresh(postgres_url)
-    for what in CATALOG:
-        assert migrated[what] == fresh[what], what
+    await _assert_fresh(postgres_url, schema)
+
+
+async def test_a_schema_at_version_8_gets_one_transact_and_keeps_its_outcomes(
+    postgres_url: str, schema: str
+) -> None:
+    """Migration 0009 on a schema as version 8 left it (transact() without
+    p_outcome_keys, beside transact_recording()): both are dropped, the one transact()
+    records outcomes, an outcome recorded before reads as it was, and the schema ends
+    with a fresh schema's catalog."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        before = await store.transact("r", writes=[PutOutcome("o", {"a": 1}), Put("k", 1)])
+    finally:
+        await store.close()
+    await _as_at(postgres_url, schema, 8, [])
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        old = (await store.read("r", ["o"])).records["o"]
+        recorded = {"versions": {"k": before.versions["k"]}, "seqs": []}
+        assert old.value == {"outcome": recorded, "a": 1}
+        after = await store.transact("r", writes=[PutOutcome("p", {})], appends=[Append("e")])
+        new = (await store.read("r", ["p"])).records["p"]
+        assert new.value == {"outcome": {"versions": {}, "seqs": after.seqs}}
+    finally:
+        await store.close()
+    await _assert_fresh(postgres_url, schema)
 
 
 @pytest.mark.parametrize("version", [SQUASHED[2][0], LATEST + 1])
@@ -510,6 +534,14 @@ async def test_compare_and_set_path_keeps_the_rules(pg: Store) -> None:
     with pytest.raises(VersionConflict) as info:  # a version no store reaches: no overflow
         await pg.transact("r", [VersionIs("k", 2**70)], [Put("k", 3)])
     assert info.value.conflicts == {"k": r.versions["k"]}
+    with pytest.raises(VersionConflict) as info:  # stale: the record's version, unchanged
+        await pg.transact("r", [VersionIs("k", v)], [Put("k", 3)])
+    assert info.value.conflicts == {"k": r.versions["k"]}
+    assert (await pg.read("r", ["k"])).get("k") == record
+    with pytest.raises(VersionConflict) as info:  # never written: absent
+        await pg.transact("r", [VersionIs("never", v)], [Put("never", 3)])
+    assert info.value.conflicts == {"never": None}
+    assert not (await pg.read("r", ["never"])).records
     await asyncio.sleep(0.4)
     with pytest.raises(VersionConflict) as info:  # expired is absent
         await pg.transact("r", [VersionIs("k", r.versions["k"])], [Put("k", 3)])

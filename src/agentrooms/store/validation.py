@@ -14,6 +14,7 @@ import json.scanner
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, cast
 
 from agentrooms.errors import BadRequest, PayloadTooLarge, StaleFence, VersionConflict
@@ -42,7 +43,19 @@ from agentrooms.store.types import (
     fence_of,
 )
 
+_COMPARES = (VersionIs, Absent, Present, FenceAtMost)
+_SET_OPS = (SetAdd, SetRemove)
+_RECORD_WRITES = (Put, Delete)
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# _ENCODER's own C encoder, made once rather than on every encode() (which is all that
+# encode() adds to it, with a cycle check: without one a cycle is a RecursionError).
+_C_ENCODER = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False
+    )
+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -50,13 +63,21 @@ def encode_json(value: JSON, what: str, limit: int) -> str:
     """Canonical JSON text of ``value``; ``BadRequest`` if it is not JSON,
     ``PayloadTooLarge`` if its UTF-8 encoding is over ``limit`` bytes."""
     try:
-        text = _ENCODER.encode(value)
+        if isinstance(value, str):
+            text = encode_basestring(value)
+        elif _C_ENCODER is not None:
+            text = "".join(_C_ENCODER(value, 0))
+        else:
+            text = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadRequest(f"{what} is not JSON-serialisable: {exc}") from exc
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError as exc:  # a lone surrogate: no backend can store it
-        raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
+    if text.isascii():  # the common case: its length is its size, no copy needed
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate: no backend can store it
+            raise BadRequest(f"{what} is not valid Unicode: {exc}") from exc
     if size > limit:
         raise PayloadTooLarge(f"{what} is {size} bytes, over the {limit} limit")
     return text
@@ -67,6 +88,10 @@ def _check_name(name: object, what: str, limit: int) -> str:
         raise BadRequest(f"{what} must be a string, not {type(name).__name__}")
     if not name:
         raise BadRequest(f"{what} must not be empty")
+    # The common case, checked without a copy or a regex: printable ASCII is exactly
+    # ASCII without a control character.
+    if name.isascii() and name.isprintable() and len(name) <= limit:
+        return name
     try:
         size = len(name.encode())
     except UnicodeEncodeError as exc:
@@ -126,6 +151,16 @@ def ttl_to_ms(ttl: object) -> int | None:
     return max(1, math.ceil(ttl * 1000))
 
 
+def _prepare_guarded_put(c: VersionIs, w: Put, limits: Limits) -> Prepared:
+    """The commonest transact, a put guarded by a version, by prepare_transact's rules
+    without its general loops."""
+    check_key(c.key, limits)
+    check_int(c.version, "compared version", 0)
+    key = check_key(w.key, limits)
+    text = encode_json(w.value, f"value of {key!r}", limits.max_value_bytes)
+    return Prepared([c], [PreparedWrite(key, text, ttl_to_ms(w.ttl))], [], [])
+
+
 def prepare_transact(
     compares: Iterable[Compare],
     writes: Iterable[Write],
@@ -133,11 +168,15 @@ def prepare_transact(
     limits: Limits,
 ) -> Prepared:
     """Validate and encode one transact's operations (raising before any IO)."""
+    if type(compares) is list and type(writes) is list and len(compares) == len(writes) == 1:
+        c, w = compares[0], writes[0]
+        if type(c) is VersionIs and type(w) is Put and appends == () and limits.max_ops >= 2:
+            return _prepare_guarded_put(c, w, limits)
     cmp_list, write_list, append_list = list(compares), list(writes), list(appends)
     if len(cmp_list) + len(write_list) + len(append_list) > limits.max_ops:
         raise BadRequest(f"a transact holds at most {limits.max_ops} operations")
     for c in cmp_list:
-        if not isinstance(c, VersionIs | Absent | Present | FenceAtMost):
+        if not isinstance(c, _COMPARES):
             raise BadRequest(f"not a compare: {c!r}")
         check_key(c.key, limits)
         if isinstance(c, VersionIs):
@@ -149,12 +188,12 @@ def prepare_transact(
     seen: set[str] = set()
     outcome = False
     for w in write_list:
-        if isinstance(w, SetAdd | SetRemove):
+        if isinstance(w, _SET_OPS):
             name = check_key(w.name, limits)
             member = _check_name(w.member, "set member", limits.max_key_bytes)
             set_ops.append(PreparedSetOp(name, member, isinstance(w, SetAdd)))
             continue
-        if not isinstance(w, Put | Delete):
+        if not isinstance(w, _RECORD_WRITES):
             raise BadRequest(f"not a write: {w!r}")
         key = check_key(w.key, limits)
         if key in seen:

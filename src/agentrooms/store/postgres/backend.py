@@ -4,7 +4,8 @@ Every operation is one statement in one round trip (asyncpg, over the small pool
 ``pool.py``); the SQL lives in ``queries.sql``, ``migrations/`` and ``functions/``
 (see ``sql.py``), where ``transact`` is a PL/pgSQL function that locks, compares and
 writes in one transaction at READ COMMITTED. A put guarded by its own version, the
-commonest transact, is one plain ``UPDATE`` (``compare_and_set``).
+commonest transact, is one plain ``UPDATE`` (``compare_and_set``), followed by a read
+of the record only when it did not apply (docs/why.md).
 
 Transacts that append to a room's log are serialized by the room's append lock, held to
 commit, so a room's appends take turns at the write-ahead log flush. A store therefore
@@ -55,7 +56,7 @@ from agentrooms.errors import (
 from agentrooms.store.base import Store, settle
 from agentrooms.store.postgres.batches import Waiting, batch_args, lone_outcome, next_batch
 from agentrooms.store.postgres.config import PostgresConfig, parse_url, redact, session_settings
-from agentrooms.store.postgres.errors import check_session, driver_errors
+from agentrooms.store.postgres.errors import check_session, driver_errors, translate
 from agentrooms.store.postgres.listener import Listener
 from agentrooms.store.postgres.pool import ConnectionPool
 from agentrooms.store.postgres.sql import QUERIES, migrate
@@ -168,8 +169,13 @@ class PostgresStore(Store):
         return cls(url, limits, pool=pool, config=config, listener=listener)
 
     async def _fetch(self, name: str, *args: object) -> list[Any]:
-        with driver_errors(name):
+        try:  # driver_errors, inlined: the hot path
             return await self._pool.fetch(self._sql[name], *args)
+        except Exception as exc:
+            ours = translate(exc, name)
+            if ours is None:
+                raise
+            raise ours from exc
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         rows = await self._fetch("read", room, keys)
@@ -266,10 +272,8 @@ class PostgresStore(Store):
         nothing: each one's result, or the compare failure it raises."""
         args = batch_args(batch)
         outcome_keys = [next((w.key for w in ops.writes if w.outcome), None) for ops in batch]
-        if any(outcome_keys):
-            [row] = await self._fetch("transact_recording", room, *args, outcome_keys)
-        else:
-            [row] = await self._fetch("transact", room, *args)
+        recording = outcome_keys if any(outcome_keys) else None
+        [row] = await self._fetch("transact", room, *args, recording)
         conflicts: dict[int, dict[str, int | None]] = {}
         for item, key, version in zip(
             row["conflict_items"] or (),
@@ -308,9 +312,10 @@ class PostgresStore(Store):
     async def _compare_and_set(self, room: str, ops: Prepared) -> TransactResult | None:
         """The commonest transact, a put guarded by its own version, as one statement:
         the result when it applied, else ``None`` (the general path then finds out why).
-        ``VersionConflict`` at once when the statement's snapshot already holds another
-        version: the compare failed at that instant, which lies within this call, and
-        versions are never reused, so the failure is final.
+        When it did not apply, one read of the record: ``VersionConflict`` if that
+        read's snapshot holds another version (or none), as the compare failed at that
+        instant, which lies within this call, and versions are never reused, so the
+        failure is final; ``None`` if it holds the compared version.
 
         It needs no room lock: it creates no key and waits for one row only, so a
         concurrent ``delete_room`` either deletes what it wrote or makes it fail."""
@@ -321,11 +326,12 @@ class PostgresStore(Store):
             return None
         if c.version > _SEQ_MAX:  # no version is that high, and it would overflow bigint
             return None
-        [row] = await self._fetch("compare_and_set", room, w.key, w.value_json, w.ttl_ms, c.version)
-        if row["applied"]:
-            return TransactResult({w.key: row["version"]}, [], row["now"])
-        if row["version"] != c.version:
-            raise VersionConflict({c.key: row["version"]})
+        rows = await self._fetch("compare_and_set", room, w.key, w.value_json, w.ttl_ms, c.version)
+        if rows:
+            return TransactResult({w.key: rows[0]["version"]}, [], rows[0]["now"])
+        current = (await self._read(room, [c.key])).version(c.key)
+        if current != c.version:
+            raise VersionConflict({c.key: current})
         return None
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:

@@ -25,7 +25,20 @@ _UNAVAILABLE = (
 
 @contextlib.contextmanager
 def driver_errors(what: str) -> Iterator[None]:
-    """The one seam where driver errors become ours, the original chained.
+    """The one seam where driver errors become ours (:func:`translate`), the original
+    chained."""
+    try:
+        yield
+    except Exception as exc:
+        ours = translate(exc, what)
+        if ours is None:
+            raise
+        raise ours from exc
+
+
+def translate(exc: Exception, what: str) -> Exception | None:
+    """The store's error for driver error ``exc`` raised by ``what``; ``None`` for an
+    error that is not the driver's (it propagates as it is).
 
     A data exception (SQLSTATE class 22, or an argument the driver cannot encode, such
     as a lone surrogate in a JSON string) is the caller's input: ``BadRequest``, and the
@@ -33,23 +46,22 @@ def driver_errors(what: str) -> Iterator[None]:
     at the wrong isolation level (a misconfiguration, not worth retrying). Anything else
     is ``StoreUnavailable``.
     """
-    try:
-        yield
-    except asyncpg.exceptions.DataError as exc:
-        raise BadRequest(f"PostgreSQL rejected the input of {what}: {exc}") from exc
-    except asyncpg.PostgresError as exc:
+    if isinstance(exc, asyncpg.exceptions.DataError):
+        return BadRequest(f"PostgreSQL rejected the input of {what}: {exc}")
+    if isinstance(exc, asyncpg.PostgresError):
         if exc.sqlstate == _WRONG_SESSION:
-            raise BadRequest(f"PostgreSQL {what}: {exc}") from exc
-        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
-    except asyncpg.ClientConfigurationError as exc:
-        raise BadRequest(f"bad PostgreSQL connection settings: {exc}") from exc
-    except TimeoutError as exc:
-        raise StoreUnavailable(
+            return BadRequest(f"PostgreSQL {what}: {exc}")
+        return StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}")
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        return BadRequest(f"bad PostgreSQL connection settings: {exc}")
+    if isinstance(exc, TimeoutError):
+        return StoreUnavailable(
             f"PostgreSQL {what} timed out ({str(exc) or 'no reply within the timeout'}; the URL's "
             "timeout and connect_timeout set the bounds): the outcome of a write is unknown"
-        ) from exc
-    except _UNAVAILABLE as exc:
-        raise StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}") from exc
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        return StoreUnavailable(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}")
+    return None
 
 
 def check_session(config: PostgresConfig, schema: str | None, isolation: str) -> None:

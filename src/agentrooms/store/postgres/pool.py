@@ -61,34 +61,33 @@ class ConnectionPool:
         """Run one statement on an idle connection (``acquire`` inlined: the hot path),
         within :attr:`timeout` (``TimeoutError`` past it: for a write, outcome unknown)."""
         timeout = self.timeout
-        if timeout is None:
-            async with self._slots:
-                return await self._fetch(query, args, None)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        if self._slots.locked():
+        if timeout is not None and self._slots.locked():
+            loop = asyncio.get_running_loop()
+            start = loop.time()
             try:
                 await asyncio.wait_for(self._slots.acquire(), timeout)
             except TimeoutError as exc:
                 raise TimeoutError(f"no connection came free within {timeout:g} s") from exc
-        else:
-            await self._slots.acquire()  # at once
+            timeout = max(0.001, timeout - (loop.time() - start))
+        else:  # at once, without suspending, when a slot is free: nothing waited
+            await self._slots.acquire()
         try:
-            return await self._fetch(query, args, max(0.001, timeout - (loop.time() - start)))
+            idle = self._idle
+            conn = idle.pop() if idle and not self._closed else None
+            if conn is None or conn.is_closed():
+                conn = await self._take()
+            try:
+                rows: list[Any] = await conn.fetch(query, *args, timeout=timeout)
+            except BaseException:
+                self._retire(conn)
+                raise
+            if self._closed:
+                await conn.close()
+            else:
+                idle.append(conn)
+            return rows
         finally:
             self._slots.release()
-
-    async def _fetch(
-        self, query: str, args: tuple[object, ...], timeout: float | None
-    ) -> list[Any]:
-        conn = await self._take()
-        try:
-            rows: list[Any] = await conn.fetch(query, *args, timeout=timeout)
-        except BaseException:
-            self._retire(conn)
-            raise
-        await self._give_back(conn)
-        return rows
 
     async def close(self) -> None:
         self._closed = True

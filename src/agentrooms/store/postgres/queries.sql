@@ -84,42 +84,24 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
 
 -- name: transact
 -- Apply a batch of independent transacts of one room, each all or nothing, in one
--- transaction: see functions/transact.sql.
+-- transaction ($21: per item, the key of its outcome record or NULL; NULL if none
+-- records one): see functions/transact.sql.
 SELECT now, versions, first_seqs, stale_at, stale_current,
        conflict_items, conflict_keys, conflict_versions
   FROM {schema}.transact($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                         $17, $18, $19, $20);
-
--- name: transact_recording
--- transact, for a batch some of whose items record their outcome ($21: per item, the
--- key of its outcome record or NULL): see functions/transact_recording.sql.
-SELECT now, versions, first_seqs, stale_at, stale_current,
-       conflict_items, conflict_keys, conflict_versions
-  FROM {schema}.transact_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-                                   $14, $15, $16, $17, $18, $19, $20, $21);
+                         $17, $18, $19, $20, $21);
 
 -- name: compare_and_set
 -- The commonest transact, a put guarded by its own version, as one plain statement.
--- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5. One row:
--- applied, the new version and the clock; or not applied, with the record's version (NULL
--- if absent or expired) in the statement's snapshot, read only then (a version other
--- than $5 is a conflict as of that snapshot; $5 itself means the record changed after
--- it, and transact() finds out how).
-WITH put AS (
-    UPDATE {schema}.records
-       SET value = $3,
-           version = nextval('{schema}.record_version'),
-           expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-     WHERE room = $1 AND key = $2 AND version = $5 AND value IS NOT NULL
-       AND (expires_at IS NULL OR expires_at > clock_timestamp())
-    RETURNING version, extract(epoch FROM clock_timestamp())::float8 AS now
-)
-SELECT true AS applied, version, now FROM put
-UNION ALL
-SELECT false, (SELECT r.version FROM {schema}.records AS r
-                WHERE r.room = $1 AND r.key = $2 AND r.value IS NOT NULL
-                  AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())), NULL
- WHERE NOT EXISTS (SELECT FROM put);
+-- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5: the new
+-- version and the clock, or no row (not applied: read the record to find out why).
+UPDATE {schema}.records
+   SET value = $3,
+       version = nextval('{schema}.record_version'),
+       expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+ WHERE room = $1 AND key = $2 AND version = $5 AND value IS NOT NULL
+   AND (expires_at IS NULL OR expires_at > clock_timestamp())
+RETURNING version, extract(epoch FROM clock_timestamp())::float8 AS now;
 
 -- name: scan
 -- A page of live records of room $1 in key order, and whether more keys follow it.

@@ -16,7 +16,8 @@
 -- operation (set, member, net effect within its item: add = insert if absent, keeping a
 -- present member's pick order; remove = delete; reset = delete, then insert afresh, for
 -- a removal followed by an add), one per distinct (set, member) of the item; an append
--- (type, JSON text).
+-- (type, JSON text). p_outcome_keys (NULL when no item records its outcome) holds, per
+-- item, the key of the item's outcome record (a PutOutcome, among its puts) or NULL.
 --
 -- Returns one row: now (the store clock, epoch seconds); versions (the new version of
 -- each put, in p_put_keys order, NULL for a failed item's); first_seqs (per item: the
@@ -68,6 +69,7 @@ CREATE OR REPLACE FUNCTION transact(
     p_datas       text[],
     p_authors     text[],
     p_recipients  text[],
+    p_outcome_keys text[] DEFAULT NULL,
     OUT now               double precision,
     OUT versions          bigint[],
     OUT first_seqs        bigint[],
@@ -106,6 +108,7 @@ DECLARE
     v_recipients   text[] := '{}';
     v_offsets      bigint[] := array_fill(NULL::bigint, ARRAY[v_items]);
     v_first        bigint;
+    v_done         text;
     v_key          record;
     lo             integer;
     hi             integer;
@@ -396,5 +399,29 @@ BEGIN
         END LOOP;
         PERFORM pg_notify(notify_channel(), p_room || ':' || (v_first + cardinality(v_types) - 1));
     END IF;
+
+    -- 8. Recorded outcomes: each applied item's outcome record gets the field "outcome"
+    --    added to its JSON object: {"versions": {key: version} of the item's other puts,
+    --    "seqs": [...] of its appends}, as the caller is told them. The record keeps the
+    --    version step 4 gave it, and its row is already locked.
+    FOR i IN 1 .. coalesce(cardinality(p_outcome_keys), 0) LOOP
+        CONTINUE WHEN p_outcome_keys[i] IS NULL OR NOT v_live[i];
+        SELECT json_build_object(
+                   'versions', coalesce(
+                       (SELECT json_object_agg(p_put_keys[j], versions[j] ORDER BY j)
+                          FROM generate_series(p_put_bounds[i] + 1, p_put_bounds[i + 1]) AS j
+                         WHERE p_put_keys[j] <> p_outcome_keys[i]),
+                       '{}'::json),
+                   'seqs', coalesce(
+                       (SELECT json_agg(first_seqs[i] + k ORDER BY k)
+                          FROM generate_series(0, p_app_bounds[i + 1] - p_app_bounds[i] - 1)
+                               AS k),
+                       '[]'::json))::text
+          INTO v_done;
+        UPDATE records
+           SET value = '{"outcome":' || v_done
+                       || CASE WHEN value = '{}' THEN '}' ELSE ',' || substr(value, 2) END
+         WHERE room = p_room AND key = p_outcome_keys[i];
+    END LOOP;
 END
 $$;
