@@ -13,7 +13,8 @@ A handle's session (``store.session``, made on first use) holds:
   wrote them at (:mod:`agentrooms.sourcing.aggregates`);
 * ``shared``: what every handle of the same :attr:`~agentrooms.store.base.Store.identity`
   shares (they reach the same data): the one follower of each room's log per event loop
-  (:mod:`agentrooms.rooms.follow`) and the queue entries of this process's lock waiters.
+  (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters, and
+  the last depth read of each writer queue (:mod:`agentrooms.writer`).
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ __all__ = ["Session", "Shared"]
 class Shared:
     """What the handles of one store identity share in this process."""
 
-    __slots__ = ("__weakref__", "entries", "followers")
+    __slots__ = ("__weakref__", "depths", "entries", "followers")
 
     def __init__(self) -> None:
         self.followers: dict[tuple[str, asyncio.AbstractEventLoop], Follower] = {}
         """(room, event loop) -> its follower, while it has subscriptions."""
         self.entries: dict[tuple[str, str, str], dict[str, Any]] = {}
         """(room, lock, waiter) -> the queue entry of a waiter of this process in line."""
+        self.depths: dict[tuple[str, str], tuple[int, float]] = {}
+        """(room, writer queue) -> its last depth read in this process, and when (monotonic)."""
 
 
 _shared: weakref.WeakValueDictionary[Hashable, Shared] = weakref.WeakValueDictionary()

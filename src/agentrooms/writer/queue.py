@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import weakref
 
 from agentrooms.commit import Intent
 from agentrooms.errors import (
@@ -18,7 +17,6 @@ from agentrooms.rooms import keys as room_keys
 from agentrooms.rooms.follow import Subscription, follow, route
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.session import Shared
 from agentrooms.store.types import (
     JSON,
     Absent,
@@ -58,10 +56,6 @@ def _scope_of(room: Room | Scope) -> Scope:
 DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
 GENERATED = "q-"  # the prefix of the ids submit generates
 
-_readings: weakref.WeakKeyDictionary[Shared, dict[tuple[str, str], tuple[int, float]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""The process's last depth reading per (room, queue), per store identity, and when."""
 
 SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
 
@@ -235,7 +229,7 @@ class IntentQueue:
         the limit and younger than ``DEPTH_EVERY`` seconds (so others' submissions within
         that time can take the queue over the limit)."""
         now = time.monotonic()
-        readings = _readings.setdefault(self.scope.store.session.shared, {})
+        readings = self.scope.store.session.shared.depths
         place = (self.scope.room, self.keys.name)
         depth, read_at = readings.get(place, (0, -DEPTH_EVERY))
         if read_at > self._read_at:  # another object read it since: start from that
