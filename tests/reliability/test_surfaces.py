@@ -265,7 +265,8 @@ async def test_mcp_histories_stay_linearizable_when_a_server_is_stopped(cluster:
     """SIGSTOP of the server two MCP clients are on, SIGCONT past their read timeout:
     each call there ends with the SDK's ``MCPError`` "timed out" (the call's own read
     timeout), recorded as an unknown outcome, and the client goes on in a session on
-    another server. One backend (the surface is what is under test)."""
+    another server. One backend (the surface is what is under test): SQLite, where a
+    call to another server may time out too while the stopped one holds the write lock."""
     if cluster.backend != "sqlite":
         pytest.skip("the MCP stop runs on SQLite only, to keep the module short")
     procs, bases = cluster.procs, cluster.bases
@@ -283,8 +284,10 @@ async def test_mcp_histories_stay_linearizable_when_a_server_is_stopped(cluster:
     print(f"{report.operations} ops, {report.unknown} unknown; {reports}")
     assert report.ok, (report.result.failed, report.anomalies)
     assert report.unknown > 0 and reports["MCPError timed out: unknown outcome"] > 0
-    # the stopped server's clients went on in new sessions, the third kept its one
-    assert mcp[0].sessions > 1 and mcp[1].sessions > 1 and mcp[2].sessions == 1
+    # the stopped server's clients went on in new sessions. The third may have moved too:
+    # a server stopped inside a write holds SQLite's write lock, so the other servers'
+    # writes wait for it as long as the stop lasts
+    assert mcp[0].sessions > 1 and mcp[1].sessions > 1
     assert set(reports) <= {
         "MCPError timed out: unknown outcome",
         "a reading session: ExceptionGroup",  # one opened on the stopped server
