@@ -383,6 +383,64 @@ async def test_late_release_or_extend_does_not_touch_the_new_holders_lock(room: 
     assert c.fence == b.fence + 1  # tokens keep growing after release
 
 
+async def test_only_the_grants_holder_releases_or_hands_on_the_lock(
+    store: Store, room: Room
+) -> None:
+    """A release is checked by the grant's secret token, not by the fencing token it
+    names: a grant of another room's lock of the same name (a larger fence), a made-up
+    lock with the holder's public owner and fence, and a higher fence than the holder's
+    all leave the holder's lock untouched, with or without writes, freeing or handing
+    over; the real grant then releases it."""
+    other = await Rooms(store).create("other-" + uuid.uuid4().hex[:8])
+    for _ in range(3):  # the other room's lock of the same name is at a larger fence
+        await other.locks.release(await other.locks.try_acquire("plan", "X", ttl=30))
+    foreign = await other.locks.try_acquire("plan", "X", ttl=30)
+    a = await room.locks.try_acquire("plan", "A", ttl=30)
+    assert foreign.fence > a.fence
+    forged = [
+        dataclasses.replace(foreign, room=room.name),  # another room's grant, brought here
+        dataclasses.replace(a, token=uuid.uuid4().hex),  # the holder's owner and fence
+        dataclasses.replace(a, token=uuid.uuid4().hex, fence=a.fence + 100),
+    ]
+    waiter = asyncio.create_task(room.locks.wait_acquire("plan", "C", ttl=30, timeout=20))
+    for attempt in range(2):  # freeing, then with C in line (a handoff)
+        if attempt:
+            while not (await room.store.scan(room.name, "lockq/")).records:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        for lock in forged:
+            assert await room.locks.release(lock) is False
+            with pytest.raises(StaleFence):
+                await room.locks.release(lock, writes=[Put("report", {"by": "forger"})])
+            with pytest.raises(StaleFence):
+                await room.locks.extend(lock, 30)
+            holder = await room.locks.holder("plan")
+            assert holder is not None and (holder.owner, holder.fence) == ("A", a.fence)
+    assert (await room.store.read(room.name, ["report"])).value("report") is None
+    assert not waiter.done()
+    assert await room.locks.release(a, writes=[Put("report", {"by": "A"})]) is True
+    c = await asyncio.wait_for(waiter, 10)
+    assert (c.owner, c.fence) == ("C", a.fence + 1)
+    assert await room.locks.release(a) is False  # the old grant, once handed on
+    assert await room.locks.release(dataclasses.replace(c, token=a.token)) is False
+    holder = await room.locks.holder("plan")
+    assert holder is not None and holder.owner == "C"
+    assert await room.locks.release(c) is True
+    assert await room.locks.holder("plan") is None
+    assert not (await room.store.scan(room.name, "lockgrant/")).records  # none left behind
+    assert await other.locks.release(foreign) is True
+
+
+async def test_an_extended_grant_releases_after_its_first_ttl(room: Room) -> None:
+    """An extend carries the grant's own record along: the grant still releases (and
+    hands over) once the TTL it was first granted with has passed."""
+    a = await room.locks.try_acquire("plan", "A", ttl=0.3)
+    a = await room.locks.extend(a, 30)
+    await asyncio.sleep(0.5)
+    assert await room.locks.release(a, writes=[Put("report", {"by": "A"})]) is True
+    assert (await room.store.read(room.name, ["report"])).value("report") == {"by": "A"}
+    assert await room.locks.holder("plan") is None
+
+
 async def test_release_commits_the_holders_last_writes_with_it(room: Room) -> None:
     """``release(lock, writes=...)``: the holder's last write and its release are one
     atomic write, fenced by the grant; a stale grant writes nothing and raises."""
@@ -1403,6 +1461,7 @@ async def test_a_waiter_handed_the_lock_unawares_does_not_queue_again(
     lock was handed to it (here, without the event that would have told it), the refresh
     puts nothing back and the waiter finds the lock its own."""
     from agentrooms.rooms.locks import queue as locks_module
+    from agentrooms.rooms.locks.records import grant_writes
 
     monkeypatch.setattr(locks_module, "WAITER_TTL", 0.3)  # a refresh every 0.1 s
     a = await room.locks.try_acquire("plan", "A", ttl=30)
@@ -1414,11 +1473,7 @@ async def test_a_waiter_handed_the_lock_unawares_does_not_queue_again(
     granted = {"owner": "B", "token": entry["token"], "fence": a.fence + 1, "ttl": 30.0}
     await store.transact(
         room.name,
-        writes=[
-            Put("lock/plan", granted, ttl=30),
-            Put("lockfence/plan", {"fence": a.fence + 1}),
-            Delete(entries[0].key),
-        ],
+        writes=[*grant_writes("plan", granted), Delete(entries[0].key)],
     )
     lock = await asyncio.wait_for(b, 10)
     assert (lock.owner, lock.fence) == ("B", a.fence + 1)

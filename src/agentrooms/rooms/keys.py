@@ -68,6 +68,12 @@ def lock_fence(name: str) -> str:
     return f"lockfence/{name}"
 
 
+def lock_grant(name: str, token: str) -> str:
+    """The grant's own record, named by its secret token: present exactly while that grant
+    holds the lock, so a release or extend that compares it is checked by the token."""
+    return f"lockgrant/{name}/{token}"
+
+
 def lock_line(name: str) -> str:
     return f"lockline/{name}"
 

@@ -38,6 +38,7 @@ RESERVED = (
     "_ar/",
     "lock/",
     "lockfence/",
+    "lockgrant/",
     "lockq/",
     "paths/",
     "pathx/",

@@ -2,8 +2,10 @@
 
 ``lock/<name>`` is the holder record; it expires with the grant's TTL by the store's clock.
 ``lockfence/<name>`` keeps the newest fencing token and never expires, so no two grants of
-a lock share a token. ``release`` and ``extend`` act only while the holder record still
-carries the caller's grant, compared in the write itself. A release is one write that
+a lock share a token. ``lockgrant/<name>/<grant token>`` expires with the holder record:
+``release`` and ``extend`` act only while the holder record still carries the caller's
+grant, checked by its secret grant token (not the public fencing token) in the write
+itself. A release is one write that
 frees the lock, or hands it to the head of its line (:mod:`.line`), with the holder's last
 writes. What the process knows (:mod:`.knowledge`) only picks which write is tried first.
 """
@@ -31,6 +33,7 @@ from agentrooms.rooms.locks.records import (
     acquiring,
     check_read,
     check_ttl,
+    grant_record,
     grant_times,
     grant_writes,
     handed,
@@ -38,6 +41,7 @@ from agentrooms.rooms.locks.records import (
     local_time,
     mark,
     new_claim,
+    owns,
 )
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import (
@@ -242,8 +246,10 @@ class LockCore:
         while True:
             try:
                 done = await self._release(lock, line, writes, extra, rejoin)
-            except StaleFence:
+            except StaleFence as exc:
                 await self._scope.read([])  # NotFound if the room itself is gone
+                if exc.key != keys.lock(lock.name):  # not this grant's token: say the lock
+                    raise StaleFence(keys.lock(lock.name), lock.fence, None) from None
                 raise
             except VersionConflict as exc:
                 if extra and keys.lock_line(lock.name) in exc.conflicts:
@@ -272,13 +278,14 @@ class LockCore:
         token, or ``StaleFence``) with ``writes``, if ``compares`` hold, handing it to the
         head of ``line`` if that entry is still there (else ``VersionConflict`` naming
         it), with ``rejoin`` put last (its ticket is later than every waiter's)."""
-        mine = FenceAtMost(keys.lock(lock.name), lock.fence)
+        mine = owns(lock)
+        ours = Delete(keys.lock_grant(lock.name, lock.token))
         head = line.head
         if head is None:
             data: dict[str, Any] = {"lock": lock.name, "owner": lock.owner}
             done = await self._scope.transact(
-                [mine, *compares],
-                [*writes, Delete(keys.lock(lock.name))],
+                [*mine, *compares],
+                [*writes, Delete(keys.lock(lock.name)), ours],
                 [Append("lock.released", data, lock.owner)],
             )
             self._tell(Event(done.seqs[0], "lock.released", data, done.now, lock.owner))
@@ -298,9 +305,10 @@ class LockCore:
         if passed := handed(writes, nxt.get("read")):
             data["handed"] = passed
         done = await self._scope.transact(
-            [mine, Present(head.key), *compares],
+            [*mine, Present(head.key), *compares],
             [
                 *writes,
+                ours,
                 *grant_writes(lock.name, holder),
                 Delete(head.key),
                 *([rejoin] if rejoin else []),
@@ -332,7 +340,10 @@ class LockCore:
             granted_at = grant_times(held, record.expires_at)[0]
             holder = holder_value(lock.owner, lock.token, lock.fence, length, granted_at, view.now)
             return Change(
-                writes=[Put(keys.lock(lock.name), holder, ttl=length)],
+                writes=[
+                    Put(keys.lock(lock.name), holder, ttl=length),
+                    grant_record(lock.name, holder),
+                ],
                 result={"holder": holder, "now": view.now},
             )
 

@@ -1,10 +1,11 @@
 """What a lock's records hold, and the writes that change them.
 
 A grant is ``lock/<name>`` (holder: owner, grant token, fencing token, TTL, and the
-grant's and last extend's times where its write cannot give them) and the newest
-fencing token in ``lockfence/<name>``; ``lockline/<name>`` is the mark that a grant of the
-free lock and every join of its line rewrite. Pure functions and values: nothing here
-reads or writes the store.
+grant's and last extend's times where its write cannot give them), the newest fencing
+token in ``lockfence/<name>``, and ``lockgrant/<name>/<grant token>``, which expires with
+the holder record and proves the grant by its secret token. ``lockline/<name>`` is the
+mark that a grant of the free lock and every join of its line rewrite. Pure functions
+and values: nothing here reads or writes the store.
 """
 
 from __future__ import annotations
@@ -138,10 +139,31 @@ def holder_value(
 
 
 def grant_writes(name: str, holder: dict[str, Any]) -> list[Write]:
-    """The writes that make ``holder`` (with its new fencing token) the lock's holder."""
+    """The writes that make ``holder`` (with its new fencing token) the lock's holder:
+    its holder record and grant record (:func:`grant_record`), and the newest token."""
     return [
         Put(keys.lock(name), holder, ttl=holder["ttl"]),
+        grant_record(name, holder),
         Put(keys.lock_fence(name), {"fence": holder["fence"]}),
+    ]
+
+
+def grant_record(name: str, holder: Mapping[str, Any]) -> Put:
+    """The grant's record, named by its secret token and expiring with the holder record:
+    a release compares it (``FenceAtMost``), so only the grant's holder, who knows the
+    token, can release or hand on the lock, whatever fencing token a caller names."""
+    return Put(
+        keys.lock_grant(name, holder["token"]), {"fence": holder["fence"]}, ttl=holder["ttl"]
+    )
+
+
+def owns(lock: Lock) -> list[FenceAtMost]:
+    """The compares that hold while ``lock`` is the current grant: the holder record's
+    fencing token is at most the grant's (a newer grant fails it, with the newer token in
+    the ``StaleFence``) and the grant's own record is there (its token is the holder's)."""
+    return [
+        FenceAtMost(keys.lock(lock.name), lock.fence),
+        FenceAtMost(keys.lock_grant(lock.name, lock.token), lock.fence),
     ]
 
 
