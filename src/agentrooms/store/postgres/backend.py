@@ -64,6 +64,7 @@ from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Glance,
+    KeyPage,
     Limits,
     Prepared,
     Record,
@@ -367,6 +368,28 @@ class PostgresStore(Store):
             more = len(records) > limit
             del records[limit:]
             pages.append(ScanPage(records, records[-1].key if more else None, now))
+        return pages
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """Every room's keys from one statement (``scan_keys``): no value is sent."""
+        if _matches_no_key(prefix):
+            return [KeyPage([], None) for _ in rooms]
+        end = _prefix_end(prefix)
+        if end is None:
+            rows = await self._fetch("scan_keys_to_end", rooms, prefix, after or "", limit)
+        else:
+            rows = await self._fetch("scan_keys", rooms, prefix, end, after or "", limit)
+        found: list[list[str]] = [[] for _ in rooms]
+        for i, key in rows:
+            found[i - 1].append(key)
+        pages = []
+        for keys in found:
+            more = len(keys) > limit
+            if more:
+                del keys[limit:]
+            pages.append(KeyPage(keys, keys[-1] if more else None))
         return pages
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:

@@ -187,6 +187,38 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.i, p.key, p.value, p.versi
   ) AS p ON true
  ORDER BY g.i, p.key;
 
+-- name: scan_keys
+-- As scan_rooms, the keys only (g.i and the key; no row for a room with none).
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT g.i, p.key
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+ CROSS JOIN LATERAL (
+      SELECT r.key
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key < $3 AND r.key > $4
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $5 + 1
+  ) AS p
+ ORDER BY g.i, p.key;
+
+-- name: scan_keys_to_end
+-- As scan_keys, for a range with no upper bound: key >= $2, key > $3, $4 + 1 per room.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT g.i, p.key
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+ CROSS JOIN LATERAL (
+      SELECT r.key
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key > $3
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $4 + 1
+  ) AS p
+ ORDER BY g.i, p.key;
+
 -- name: read_log
 -- Room $1's first readable seq and up to $3 events after seq $2, in one snapshot.
 -- No events when $2 is before the first readable one; one row with a NULL seq if none.

@@ -1,13 +1,22 @@
--- scan_rooms: scan.lua for many rooms in one call, the same bounds and limit for each,
--- all in one snapshot (one server, not a cluster: the rooms' keys are in many slots).
+-- scan_rooms: one page of the records of each of one or more rooms in key order (UTF-8
+-- byte order), the same bounds and limit for each, all in one snapshot. On one server any
+-- rooms; on a cluster one room per call (a script's keys share a slot). Store.scan is
+-- this script over one room.
 --
---   KEYS[i]     room i's scan index
---   ARGV[1], ARGV[2], ARGV[3]: lower bound, upper bound and limit, as scan.lua's ARGV[2..4]
---   ARGV[3 + i] room i's record key prefix
+--   KEYS[i]     room i's scan index (sorted set, score 0; ZRANGEBYLEX, lazy ZREM)
+--   ARGV[1]     lower bound in ZRANGEBYLEX form: '-', '[<prefix>' or '(<after>'
+--   ARGV[2]     upper bound in ZRANGEBYLEX form: '+' or '(<prefix>\xff' (0xFF is never
+--               part of UTF-8, so every key starting with <prefix> sorts below it)
+--   ARGV[3]     limit: at most this many records per room
+--   ARGV[3 + i] room i's record key prefix ('<p>:{<p>:<room>}:r:'): the records found
+--               through its index are in the index's hash slot (same room tag) but
+--               cannot be named up front
 --
 -- Returns {now_ms, page1, page2, ...}, each page {next_after | false, name1, version1,
--- expires1 | false, value1, ...} as scan.lua's reply after its now_ms (stale index
--- members skipped and removed the same way).
+-- expires1 | false, value1, ...}. next_after is the last key examined when more keys lie
+-- within the bounds, else false. Index members whose record is gone (reclaimed by Redis
+-- after its expiry) or expired are skipped and removed from the index; a later put adds
+-- them back.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

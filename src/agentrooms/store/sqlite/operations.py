@@ -29,6 +29,7 @@ from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Glance,
+    KeyPage,
     Prepared,
     PreparedAppend,
     PreparedSetOp,
@@ -123,6 +124,25 @@ class Operations:
         records = [_record(*row) for row in rows[:limit]]
         next_after = records[-1].key if len(rows) > limit else None
         return ScanPage(records, next_after, now_ms / 1000.0)
+
+    def scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """Each room's :meth:`scan` page, the keys only: a statement per room."""
+        if not _encodable(prefix):
+            return [KeyPage([], None) for _ in rooms]
+        low, skip = (prefix, None) if after is None or after < prefix else (after, after)
+        params: dict[str, Any] = {"low": low, "high": prefix_end(prefix), "skip": skip}
+        params |= {"now_ms": self._now_ms(), "limit": limit + 1}
+        execute, query, out = self._conn.execute, self._q["scan_keys"], []
+        for room in rooms:
+            params["room"] = room
+            keys = [key for (key,) in execute(query, params)]
+            more = len(keys) > limit
+            if more:
+                del keys[limit:]
+            out.append(KeyPage(keys, keys[-1] if more else None))
+        return out
 
     def read_log(self, room: str, after: int, limit: int) -> list[Event]:
         low = self._one("read_log_low", {"room": room}) or 1
