@@ -332,11 +332,7 @@ class RedisStore(WatchReads):
         run on the server, not one per room (a cluster runs it per room)."""
         names = scripts.glance_args(self.prefix, rooms, keys, sets)
         reply = await self._run(scripts.GLANCE_ROOMS, names, [len(sets), len(keys)])
-        stride = 1 + len(sets) + 3 * len(keys)
-        return [
-            scripts.glance_reply(room, keys, sets, reply, 1 + i * stride)
-            for i, room in enumerate(rooms)
-        ]
+        return scripts.glances(rooms, keys, sets, reply)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)

@@ -329,7 +329,7 @@ class RedisClusterStore(RedisStore):
         args = [len(sets), len(keys)]
         calls = [(scripts.glance_args(self.prefix, [r], keys, sets), args) for r in rooms]
         replies = await self._run_many(scripts.GLANCE_ROOMS, calls)
-        return [scripts.glance_reply(r, keys, sets, g) for r, g in zip(rooms, replies, strict=True)]
+        return [scripts.glances([r], keys, sets, g)[0] for r, g in zip(rooms, replies, strict=True)]
 
     async def _scan_rooms(
         self, rooms: list[str], prefix: str, after: str | None, limit: int

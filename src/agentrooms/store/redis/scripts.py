@@ -210,17 +210,22 @@ def glance_args(prefix: str, rooms: list[str], keys: list[str], sets: list[str])
     return names
 
 
-def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any, at: int = 1) -> Glance:
-    """A room's :class:`Glance` from its slots of a ``glance_rooms.lua`` reply, from
-    ``at`` (the first room's: 1), with the time in ``reply[0]``."""
-    sizes = dict(zip(sets, reply[at + 1 : at + 1 + len(sets)], strict=True))
-    found = {}
-    at += 1 + len(sets)
-    for i, key in enumerate(keys):
-        version = reply[at + 3 * i]
-        if version is not None:
-            found[key] = record(key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2])
-    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[at - 1 - len(sets)], sizes)
+def glances(rooms: list[str], keys: list[str], sets: list[str], reply: Any) -> list[Glance]:
+    """``rooms``' glances from a ``glance_rooms.lua`` reply over them (in their order)."""
+    now, sized, at = reply[0] / 1000.0, len(sets), 1
+    out = []
+    for room in rooms:
+        seq = reply[at]
+        sizes = dict(zip(sets, reply[at + 1 : at + 1 + sized], strict=True)) if sized else {}
+        at += 1 + sized
+        found = {}
+        for key in keys:
+            version = reply[at]
+            if version is not None:
+                found[key] = record(key, version, reply[at + 1], reply[at + 2])
+            at += 3
+        out.append(Glance(room, Snapshot(found, now), seq, sizes))
+    return out
 
 
 def scan_bounds(key_prefix: str, after: str | None) -> tuple[bytes, bytes]:

@@ -167,25 +167,22 @@ class Operations:
         all the rooms, in the job's read transaction (one snapshot)."""
         now_ms = self._now_ms()
         params = {"rooms": _keys_json(rooms)}
-        found: dict[str, dict[str, Record]] = {}
+        found: dict[str, dict[str, Record]] = {room: {} for room in rooms}
         if keys:
             query = {**params, "keys": _keys_json(keys), "now_ms": now_ms}
             for room, key, value, version, expires_ms in self._all("glance_records", query):
-                found.setdefault(room, {})[key] = _record(key, value, version, expires_ms)
+                found[room][key] = _record(key, value, version, expires_ms)
         seqs: dict[str, int] = dict(self._all("glance_seqs", params))
-        sizes: dict[str, dict[str, int]] = {}
+        sizes: dict[str, dict[str, int]] = {room: {} for room in rooms}
         if sets:
-            for room, name, size in self._all(
-                "glance_set_sizes", {**params, "names": _keys_json(sets)}
-            ):
-                sizes.setdefault(room, {})[name] = size
-        now, none = now_ms / 1000.0, dict[str, Record]()
-        out = []
-        for room in rooms:
-            records = found.get(room, none)
-            snapshot = Snapshot({k: records[k] for k in keys if k in records}, now)
-            out.append(Glance(room, snapshot, seqs.get(room, 0), sizes.get(room, {})))
-        return out
+            query = {**params, "names": _keys_json(sets)}
+            for room, name, size in self._all("glance_set_sizes", query):
+                sizes[room][name] = size
+        now = now_ms / 1000.0
+        return [
+            Glance(room, Snapshot(found[room], now), seqs.get(room, 0), sizes[room])
+            for room in rooms
+        ]
 
     # -- the watch poll (outside any transaction) -------------------------------------
 
