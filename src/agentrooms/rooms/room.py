@@ -178,7 +178,7 @@ class Rooms:
         scanned at once and merged in name order (:class:`~agentrooms.rooms.registry.Names`,
         reading ahead for ``limit`` names, or :data:`REGISTRY_SCAN` when filtering), and the
         rooms kept are described in one :meth:`~agentrooms.store.base.Store.glance`, so a
-        page costs one :meth:`~agentrooms.store.base.Store.scan_rooms` of the shards and
+        page costs one :meth:`~agentrooms.store.base.Store.scan_keys` of the shards and
         one glance unless archived (when not included), refused or half-created rooms
         leave it short and it reads on. ``among``: only
         these names are candidates, and the registry is not scanned (a token that names

@@ -204,9 +204,12 @@ def text(value: object) -> str:
 def glance_args(prefix: str, rooms: list[str], keys: list[str], sets: list[str]) -> list[Arg]:
     """``glance_rooms.lua``'s KEYS for ``rooms`` (its ARGV: ``[len(sets), len(keys)]``)."""
     names: list[Arg] = []
+    add = names.append
     for room in rooms:
         rk = room_keys(prefix, room)
-        names += [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
+        add(rk.meta)
+        names += [rk.set + n for n in sets]
+        names += [rk.record + k for k in keys]
     return names
 
 
