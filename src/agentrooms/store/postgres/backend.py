@@ -180,7 +180,8 @@ class PostgresStore(Store):
         return Snapshot({k: found[k] for k in keys if k in found}, rows[0]["now"])
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
-        return pages.glances(await self._fetch("glance", rooms, keys, sets), sets)
+        rows = await self._fetch("glance", rooms, keys, sets)
+        return pages.glances(rows, rooms, keys, sets)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         cas = await self._compare_and_set(room, ops)

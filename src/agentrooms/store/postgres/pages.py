@@ -14,19 +14,26 @@ def record(row: Any) -> Record:
     return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
 
 
-def glances(rows: list[Any], sets: list[str]) -> list[Glance]:
-    """The ``glance`` rows (one per room, in order: now, room, seq, sizes, then the live
-    records' keys, values, versions and expiries as parallel arrays) as glances."""
-    out = []
-    for now, room, seq, sizes, keys, values, versions, expires in rows:
-        found: dict[str, Record] = {}
-        if keys:
-            for key, value, version, expires_at in zip(
-                keys, values, versions, expires, strict=True
-            ):
-                found[key] = Record(key, decode_json(value), version, expires_at)
-        out.append(Glance(room, Snapshot(found, now), seq, dict(zip(sets, sizes, strict=True))))
-    return out
+def glances(rows: list[Any], rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
+    """The ``glance`` rows (i, item, value, n, expires_at; see ``queries.sql``) as the
+    glances of ``rooms``."""
+    count, now = len(rooms), 0.0
+    found: list[dict[str, Record]] = [{} for _ in range(count)]
+    seqs = [0] * count
+    sizes: list[dict[str, int]] = [{} for _ in range(count)]
+    for i, item, value, n, expires_at in rows:
+        if item > 0:
+            key = keys[item - 1]
+            found[i - 1][key] = Record(key, decode_json(value), n, expires_at)
+        elif i == 0:
+            now = expires_at
+        elif item == 0:
+            seqs[i - 1] = n or 0
+        else:
+            sizes[i - 1][sets[-item - 1]] = n
+    return [
+        Glance(room, Snapshot(found[at], now), seqs[at], sizes[at]) for at, room in enumerate(rooms)
+    ]
 
 
 def scan_pages(rows: list[Any], rooms: int, limit: int) -> list[ScanPage]:
