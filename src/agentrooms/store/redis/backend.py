@@ -384,9 +384,11 @@ class RedisStore(WatchReads):
     async def _scan_keys(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[KeyPage]:
-        """One ``scan_keys.lua`` EVALSHA for every room (a cluster runs it per room)."""
-        keys, args = scripts.scan_args(self.prefix, rooms, prefix, after, limit)
-        return [scripts.key_page(page) for page in await self._run(scripts.SCAN_KEYS, keys, args)]
+        """One ``scan_rooms.lua`` EVALSHA for every room, without the values (a cluster
+        runs it per room)."""
+        keys, args = scripts.scan_args(self.prefix, rooms, prefix, after, limit, values=False)
+        reply = await self._run(scripts.SCAN_ROOMS, keys, args)
+        return [scripts.key_page(page) for page in reply[1:]]
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         keys = room_keys(self.prefix, room)

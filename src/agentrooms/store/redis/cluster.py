@@ -342,10 +342,12 @@ class RedisClusterStore(RedisStore):
     async def _scan_keys(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[KeyPage]:
-        """``scan_keys.lua`` per room, all in one write per node (:meth:`_run_many`)."""
-        calls = [scripts.scan_args(self.prefix, [r], prefix, after, limit) for r in rooms]
-        replies = await self._run_many(scripts.SCAN_KEYS, calls)
-        return [scripts.key_page(reply[0]) for reply in replies]
+        """``scan_rooms.lua`` per room without the values, all in one write per node."""
+        calls = [
+            scripts.scan_args(self.prefix, [r], prefix, after, limit, values=False) for r in rooms
+        ]
+        replies = await self._run_many(scripts.SCAN_ROOMS, calls)
+        return [scripts.key_page(reply[1]) for reply in replies]
 
     async def _pipeline(self, commands: list[list[bytes]], routes: list[Arg]) -> list[Any]:
         """Each node's share of ``commands`` (those whose route's slot it owns, by the

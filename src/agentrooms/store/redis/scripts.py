@@ -60,7 +60,6 @@ DELETE_ROOM = Script("delete_room")
 # share a slot there), and ``scan`` over one room everywhere
 GLANCE_ROOMS = Script("glance_rooms")
 SCAN_ROOMS = Script("scan_rooms")
-SCAN_KEYS = Script("scan_keys")
 SCRIPTS = (
     TRANSACT,
     READ,
@@ -70,7 +69,6 @@ SCRIPTS = (
     DELETE_ROOM,
     GLANCE_ROOMS,
     SCAN_ROOMS,
-    SCAN_KEYS,
 )
 WRITES = frozenset({TRANSACT, TRIM_LOG, SET_PICK, DELETE_ROOM})
 """The scripts that may write: with ``?wait=N`` each is followed by ``WAIT``."""
@@ -241,16 +239,22 @@ def scan_bounds(key_prefix: str, after: str | None) -> tuple[bytes, bytes]:
 
 
 def scan_args(
-    prefix: str, rooms: list[str], key_prefix: str, after: str | None, limit: int
+    prefix: str,
+    rooms: list[str],
+    key_prefix: str,
+    after: str | None,
+    limit: int,
+    values: bool = True,
 ) -> tuple[list[Arg], list[Arg]]:
-    """``scan_rooms.lua``'s (and ``scan_keys.lua``'s) KEYS and ARGV for ``rooms``."""
+    """``scan_rooms.lua``'s KEYS and ARGV for ``rooms`` (``values``: the records, else
+    their keys alone)."""
     index: list[Arg] = []
     bases: list[Arg] = []
     for room in rooms:
         rk = room_keys(prefix, room)
         index.append(rk.scan)
         bases.append(rk.record)
-    return index, [*scan_bounds(key_prefix, after), limit, *bases]
+    return index, [*scan_bounds(key_prefix, after), limit, "r" if values else "k", *bases]
 
 
 def scan_page(page: Any, now_ms: int) -> ScanPage:
@@ -265,7 +269,7 @@ def scan_page(page: Any, now_ms: int) -> ScanPage:
 
 
 def key_page(page: Any) -> KeyPage:
-    """One page of a ``scan_keys.lua`` reply as a :class:`KeyPage`."""
+    """One page of a ``scan_rooms.lua`` reply without values as a :class:`KeyPage`."""
     next_after = page[0]
     return KeyPage(
         [key.decode() for key in page[1:]], None if next_after is None else next_after.decode()
