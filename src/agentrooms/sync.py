@@ -93,6 +93,7 @@ class SyncStore(_Twin[Store]):
     scan = _blocking(Store.scan)
     glance = _blocking(Store.glance)
     scan_rooms = _blocking(Store.scan_rooms)
+    scan_keys = _blocking(Store.scan_keys)
     read_log = _blocking(Store.read_log)
     trim_log = _blocking(Store.trim_log)
     last_seq = _blocking(Store.last_seq)

@@ -1,7 +1,7 @@
-"""Store contract: ``glance`` and ``scan_rooms``, many rooms' records, sequence and set
-sizes in one call, and one request: one worker job (SQLite), one statement (PostgreSQL),
-one write on the wire (Redis), one write to each primary that owns some of the rooms
-(Redis Cluster)."""
+"""Store contract: ``glance``, ``scan_rooms`` and ``scan_keys``, many rooms' records (or
+keys), sequence and set sizes in one call, and one request: one worker job (SQLite), one
+statement (PostgreSQL), one write on the wire (Redis), one write to each primary that owns
+some of the rooms (Redis Cluster)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentrooms.errors import BadRequest
-from agentrooms.store import Append, Limits, Put, SetAdd, Store
+from agentrooms.store import Append, Delete, Limits, Put, SetAdd, Store
 from agentrooms.store.postgres.backend import PostgresStore
 from agentrooms.store.redis.backend import RedisStore
 from agentrooms.store.redis.cluster import RedisClusterStore
@@ -101,6 +101,41 @@ async def test_scan_rooms_reads_each_room_after_a_key(store: Store, room: str) -
         await store.scan_rooms([a], "p/", 2, after="")
 
 
+async def test_scan_keys_reads_each_rooms_keys_as_scan_rooms_does(store: Store, room: str) -> None:
+    a, b, empty = room + "-a", room + "-b", room + "-never"
+    await store.transact(a, writes=[Put(f"p/{i}", i) for i in range(4)] + [Put("q/0", 0)])
+    await store.transact(b, writes=[Put("p/x", "x"), Put("p/gone", 1, ttl=0.001)])
+    await store.transact(b, writes=[Put("p/y", "y")])
+    await store.transact(b, writes=[Delete("p/y")])
+    await asyncio.sleep(0.01)
+    pa, pb, pe = await store.scan_keys([a, b, empty], "p/", 2)
+    assert (pa.keys, pa.next_after) == (["p/0", "p/1"], "p/1")
+    assert (pb.keys, pb.next_after) == (["p/x"], None)  # expired or deleted: absent
+    assert (pe.keys, pe.next_after) == ([], None)
+    (rest,) = await store.scan_keys([a], "p/", 2, after=pa.next_after)
+    assert (rest.keys, rest.next_after) == (["p/2", "p/3"], None)
+    (whole,) = await store.scan_keys([a], "", 10, after="o")  # no prefix: to the room's end
+    assert whole.keys == ["p/0", "p/1", "p/2", "p/3", "q/0"]
+    (before,) = await store.scan_keys([a], "p/", 10, after="a")  # after sorts before prefix
+    assert before.keys == ["p/0", "p/1", "p/2", "p/3"]
+    for keys, records in zip(
+        await store.scan_keys([a, b], "", 3),
+        await store.scan_rooms([a, b], "", 3),
+        strict=True,
+    ):
+        assert (keys.keys, keys.next_after) == (
+            [r.key for r in records.records],
+            records.next_after,
+        )
+    assert await store.scan_keys([], "p/") == []
+    with pytest.raises(BadRequest):
+        await store.scan_keys(a, "p/")
+    with pytest.raises(BadRequest):
+        await store.scan_keys([a], "p/", 0)
+    with pytest.raises(BadRequest):
+        await store.scan_keys([a], "p/", 2, after="")
+
+
 def _requests(store: Store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], dict[Any, int]]:
     """The requests ``store`` has sent so far, per server it sends them to."""
     if isinstance(store, RedisClusterStore):
@@ -124,7 +159,7 @@ def _requests(store: Store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], dic
     return lambda: dict(counted)
 
 
-@pytest.mark.parametrize("call", ["scan_rooms", "glance"])
+@pytest.mark.parametrize("call", ["scan_rooms", "scan_keys", "glance"])
 async def test_many_rooms_are_one_request(
     store: Store, room: str, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
@@ -138,6 +173,9 @@ async def test_many_rooms_are_one_request(
     if call == "scan_rooms":
         pages = await store.scan_rooms(rooms, "p/", 1)
         assert [(p.records[0].value, p.next_after) for p in pages] == [(r, "p/a") for r in rooms]
+    elif call == "scan_keys":
+        keys = await store.scan_keys(rooms, "p/", 1)
+        assert [(p.keys, p.next_after) for p in keys] == [(["p/a"], "p/a")] * len(rooms)
     else:
         glances = await store.glance(rooms, ["p/b"], [])
         assert [g.snapshot.value("p/b") for g in glances] == rooms

@@ -1,5 +1,5 @@
 """Rooms listed by page: filtered before they are described, a page in one glance and
-one scan_rooms over the registry's shards."""
+one scan_keys over the registry's shards."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agentrooms.errors import BadRequest, NotFound
 from agentrooms.rooms import TaskSpec
 from agentrooms.rooms.registry import SHARDS, shard_of
 from agentrooms.store import Limits, Store
-from agentrooms.store.types import Glance, ScanPage
+from agentrooms.store.types import Glance, KeyPage, ScanPage
 from agentrooms.store.wrap import Forwarding
 from tests.conftest import Backend
 
@@ -23,7 +23,7 @@ class Trips(Forwarding):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.scans = 0
-        self.room_scans: list[int] = []  # rooms per scan_rooms call
+        self.room_scans: list[int] = []  # rooms per scan_rooms or scan_keys call
         self.glances: list[list[str]] = []
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
@@ -35,6 +35,12 @@ class Trips(Forwarding):
     ) -> list[ScanPage]:
         self.room_scans.append(len(rooms))
         return await self.inner._scan_rooms(rooms, prefix, after, limit)
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        self.room_scans.append(len(rooms))
+        return await self.inner._scan_keys(rooms, prefix, after, limit)
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
         self.glances.append(rooms)

@@ -27,7 +27,7 @@ from agentrooms.store import (
     VersionIs,
 )
 from agentrooms.store.contention import FLUSH_EVERY
-from agentrooms.store.types import Glance, Prepared
+from agentrooms.store.types import Glance, KeyPage, Prepared
 from agentrooms.store.wrap import Forwarding
 from agentrooms.writer import IntentQueue, Writer
 from tests import ops_scenario as s
@@ -295,10 +295,17 @@ class CallsByKind(Forwarding):
     async def _scan_rooms(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[ScanPage]:
+        self._count("scan_rooms")
+        return await super()._scan_rooms(rooms, prefix, after, limit)
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
         # the registry's shards are read as far as the listing needs, which depends on
         # what else the store holds: counted apart from the page's own reads
-        self._count("registry" if set(rooms) <= set(SHARD_ROOMS) else "scan_rooms")
-        return await super()._scan_rooms(rooms, prefix, after, limit)
+        assert set(rooms) <= set(SHARD_ROOMS)
+        self._count("registry")
+        return await super()._scan_keys(rooms, prefix, after, limit)
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
         self._count("glance")

@@ -62,7 +62,7 @@ class Names:
     """The registered names after ``after`` in name order, merged from every shard.
 
     Shards are read ahead by ``batch`` names, all that have run dry at once in one
-    :meth:`~agentrooms.store.base.Store.scan_rooms` (the first read: all of them), so
+    :meth:`~agentrooms.store.base.Store.scan_keys` (the first read: all of them), so
     reading the first ``n`` names costs one store call when no shard holds more than
     ``batch`` of them. A name is handed out once no shard still to be read could hold a
     smaller one. Each shard's scan is its own snapshot: a room registered or deleted
@@ -100,7 +100,7 @@ class Names:
         return out
 
     async def _merge(self) -> None:
-        """Read every dry shard (one ``scan_rooms`` per cursor they share: one, but for
+        """Read every dry shard (one ``scan_keys`` per cursor they share: one, but for
         shards read from different points), then hand out every name that no unread
         one can precede: those up to the least last-read name of the shards not done."""
         while dry := [s for s in self._shards if not s.names and not s.done]:
@@ -123,19 +123,20 @@ class Names:
         self._ready.extend(merged)
 
     async def _fill(self, cursor: str | None, shards: list[_Shard]) -> None:
-        """Read ``shards`` on after ``cursor``: one ``scan_rooms`` (one per
-        ``limits.max_page`` shards, should a store allow fewer rooms per call)."""
+        """Read ``shards`` on after ``cursor``: one ``scan_keys`` (one per
+        ``limits.max_page`` shards, should a store allow fewer rooms per call): the
+        entries' keys are the names, their values are not read."""
         most = self._store.limits.max_page
         groups = [shards[i : i + most] for i in range(0, len(shards), most)]
         pages = await asyncio.gather(
             *(
-                self._store.scan_rooms([s.room for s in group], _PREFIX, self._size, cursor)
+                self._store.scan_keys([s.room for s in group], _PREFIX, self._size, cursor)
                 for group in groups
             )
         )
         skip = len(_PREFIX)
         for shard, page in zip(shards, (p for group in pages for p in group), strict=True):
-            shard.names = [r.key[skip:] for r in page.records]
+            shard.names = [key[skip:] for key in page.keys]
             shard.cursor, shard.done = page.next_after, page.next_after is None
 
 

@@ -46,17 +46,19 @@ class RoomInfo:
         """The room as :meth:`Room.describe` reads it, from a glance at
         ``[keys.META, keys.ARCHIVED]`` and set ``keys.READY``; ``None`` if it does not
         exist."""
-        meta = glance.snapshot.get(keys.META)
+        records = glance.snapshot.records
+        meta = records.get(keys.META)
         if meta is None:
             return None
+        value = meta.value
         return cls(
-            name=glance.room,
-            description=meta.value["description"],
-            metadata=meta.value["metadata"],
-            created_at=meta.value["created_at"],
-            archived=glance.snapshot.exists(keys.ARCHIVED),
-            last_seq=glance.last_seq,
-            ready=glance.set_sizes[keys.READY],
+            glance.room,
+            value["description"],
+            value["metadata"],
+            value["created_at"],
+            keys.ARCHIVED in records,
+            glance.last_seq,
+            glance.set_sizes[keys.READY],
         )
 
 
@@ -176,7 +178,7 @@ class Rooms:
         scanned at once and merged in name order (:class:`~agentrooms.rooms.registry.Names`,
         reading ahead for ``limit`` names, or :data:`REGISTRY_SCAN` when filtering), and the
         rooms kept are described in one :meth:`~agentrooms.store.base.Store.glance`, so a
-        page costs one :meth:`~agentrooms.store.base.Store.scan_rooms` of the shards and
+        page costs one :meth:`~agentrooms.store.base.Store.scan_keys` of the shards and
         one glance unless archived (when not included), refused or half-created rooms
         leave it short and it reads on. ``among``: only
         these names are candidates, and the registry is not scanned (a token that names

@@ -38,6 +38,7 @@ from agentrooms.store.types import (
     Compare,
     Event,
     Glance,
+    KeyPage,
     Limits,
     Prepared,
     ScanPage,
@@ -234,6 +235,31 @@ class Store(abc.ABC):
         over every room (Redis; on a cluster a script per room, in one write to each node
         that owns some of the rooms, the nodes at once).
         """
+        room_list, limit = self._check_scan_rooms(rooms, prefix, limit, after)
+        if not room_list:
+            return []
+        return await self._scan_rooms(room_list, prefix, after, limit)
+
+    async def scan_keys(
+        self,
+        rooms: Sequence[str],
+        prefix: str = "",
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[KeyPage]:
+        """:meth:`scan_rooms` without the records: the keys of each room's page and its
+        ``next_after``, as one request (the same on every backend), with no value read,
+        sent or decoded. What reads an index of names, such as the room registry."""
+        room_list, limit = self._check_scan_rooms(rooms, prefix, limit, after)
+        if not room_list:
+            return []
+        return await self._scan_keys(room_list, prefix, after, limit)
+
+    def _check_scan_rooms(
+        self, rooms: Sequence[str], prefix: str, limit: int, after: str | None
+    ) -> tuple[list[str], int]:
+        """:meth:`scan_rooms`' and :meth:`scan_keys`' arguments checked: the rooms and
+        the limit, or ``BadRequest``."""
         if isinstance(rooms, str):
             raise BadRequest("rooms must be a sequence of strings, not one string")
         room_list = [check_room(r, self.limits) for r in rooms]
@@ -243,10 +269,7 @@ class Store(abc.ABC):
             raise BadRequest("prefix must be a string")
         if after is not None:
             check_key(after, self.limits)
-        limit = check_limit(limit, self.limits)
-        if not room_list:
-            return []
-        return await self._scan_rooms(room_list, prefix, after, limit)
+        return room_list, check_limit(limit, self.limits)
 
     async def read_log(self, room: str, after: int = 0, limit: int = 100) -> list[Event]:
         """Events with ``seq > after`` in order, at most ``limit``.
@@ -367,6 +390,14 @@ class Store(abc.ABC):
     ) -> list[ScanPage]:
         """Default: every room's scan at once (one round trip each, concurrently)."""
         return list(await asyncio.gather(*(self._scan(r, prefix, after, limit) for r in rooms)))
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """Default: :meth:`_scan_rooms`, values dropped (a backend that can leave them
+        unread overrides this)."""
+        pages = await self._scan_rooms(rooms, prefix, after, limit)
+        return [KeyPage([r.key for r in p.records], p.next_after) for p in pages]
 
     @abc.abstractmethod
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]: ...

@@ -117,6 +117,14 @@ class ScanPage:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPage:
+    """The keys of a :class:`ScanPage` without their records: what reads an index."""
+
+    keys: list[str]
+    next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TransactResult:
     """What a successful ``transact`` did: new version per put key, the sequence number of
     each appended event (in order), and the store's clock at commit."""

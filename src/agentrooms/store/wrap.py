@@ -16,6 +16,7 @@ from agentrooms.store.base import Store
 from agentrooms.store.types import (
     Event,
     Glance,
+    KeyPage,
     Prepared,
     ScanPage,
     Snapshot,
@@ -49,6 +50,11 @@ class Forwarding(Store):
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[ScanPage]:
         return await self.inner._scan_rooms(rooms, prefix, after, limit)
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        return await self.inner._scan_keys(rooms, prefix, after, limit)
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         return await self.inner._read_log(room, after, limit)

@@ -54,6 +54,7 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.store.base import Store, settle
+from agentrooms.store.postgres import pages
 from agentrooms.store.postgres.batches import Waiting, batch_args, lone_outcome, next_batch
 from agentrooms.store.postgres.config import PostgresConfig, parse_url, redact, session_settings
 from agentrooms.store.postgres.errors import check_session, driver_errors, translate
@@ -64,9 +65,9 @@ from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Glance,
+    KeyPage,
     Limits,
     Prepared,
-    Record,
     ScanPage,
     Snapshot,
     StoreInfo,
@@ -98,10 +99,6 @@ def _matches_no_key(prefix: str) -> bool:
     except UnicodeEncodeError:
         return True
     return "\x00" in prefix
-
-
-def _record(row: Any) -> Record:
-    return Record(row["key"], decode_json(row["value"]), row["version"], row["expires_at"])
 
 
 class PostgresStore(Store):
@@ -179,29 +176,12 @@ class PostgresStore(Store):
 
     async def _read(self, room: str, keys: list[str]) -> Snapshot:
         rows = await self._fetch("read", room, keys)
-        found = {row["key"]: _record(row) for row in rows if row["key"] is not None}
+        found = {row["key"]: pages.record(row) for row in rows if row["key"] is not None}
         return Snapshot({k: found[k] for k in keys if k in found}, rows[0]["now"])
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
-        out = []
-        for row in await self._fetch("glance", rooms, keys, sets):
-            found = {
-                key: Record(key, decode_json(value), version, expires)
-                for key, value, version, expires in zip(
-                    row["keys"] or (),
-                    row["vals"] or (),
-                    row["versions"] or (),
-                    row["expires"] or (),
-                    strict=True,
-                )
-            }
-            snapshot = Snapshot({k: found[k] for k in keys if k in found}, row["now"])
-            out.append(
-                Glance(
-                    row["room"], snapshot, row["seq"], dict(zip(sets, row["sizes"], strict=True))
-                )
-            )
-        return out
+        rows = await self._fetch("glance", rooms, keys, sets)
+        return pages.glances(rows, rooms, keys, sets)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         cas = await self._compare_and_set(room, ops)
@@ -342,7 +322,7 @@ class PostgresStore(Store):
             rows = await self._fetch("scan_to_end", room, prefix, after or "", limit)
         else:
             rows = await self._fetch("scan", room, prefix, end, after or "", limit)
-        records = [_record(row) for row in rows if row["key"] is not None]
+        records = [pages.record(row) for row in rows if row["key"] is not None]
         more = rows[0]["more"] and records
         return ScanPage(records, records[-1].key if more else None, rows[0]["now"])
 
@@ -358,16 +338,20 @@ class PostgresStore(Store):
             rows = await self._fetch("scan_rooms_to_end", rooms, prefix, after or "", limit)
         else:
             rows = await self._fetch("scan_rooms", rooms, prefix, end, after or "", limit)
-        found: list[list[Record]] = [[] for _ in rooms]
-        for row in rows:
-            if row["key"] is not None:
-                found[row["i"] - 1].append(_record(row))
-        now, pages = rows[0]["now"], []
-        for records in found:
-            more = len(records) > limit
-            del records[limit:]
-            pages.append(ScanPage(records, records[-1].key if more else None, now))
-        return pages
+        return pages.scan_pages(rows, len(rooms), limit)
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """Every room's keys from one statement (``scan_keys``): no value is sent."""
+        if _matches_no_key(prefix):
+            return [KeyPage([], None) for _ in rooms]
+        end = _prefix_end(prefix)
+        if end is None:
+            rows = await self._fetch("scan_keys_to_end", rooms, prefix, after or "", limit)
+        else:
+            rows = await self._fetch("scan_keys", rooms, prefix, end, after or "", limit)
+        return pages.key_pages(rows, len(rooms), limit)
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         rows = await self._fetch("read_log", room, min(after, _SEQ_MAX), limit)

@@ -54,33 +54,38 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now,
          ON r.expires_at IS NULL OR r.expires_at > clock.ts;
 
 -- name: glance
--- Rooms $1 (in order), each with its newest seq, the sizes of its sets $3 and its live
--- records among keys $2 (distinct) as parallel arrays, and the store clock, in one
--- snapshot. One primary-key lookup per room and key, as in read.
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
-SELECT extract(epoch FROM clock.ts)::float8 AS now, g.room,
-       coalesce((SELECT s.seq FROM {schema}.rooms AS s WHERE s.room = g.room), 0) AS seq,
-       ARRAY(SELECT (SELECT count(*) FROM {schema}.set_members AS m
-                      WHERE m.room = g.room AND m.name = n.name)
-               FROM unnest($3::text[]) WITH ORDINALITY AS n (name, i)
-              ORDER BY n.i) AS sizes,
-       r.keys, r.vals, r.versions, r.expires
+-- Rooms $1 (i: the place in $1), in one snapshot, as rows (i, item, value, n, expires_at)
+-- of plain columns: per room its newest seq (item 0, n; NULL: none), the size of each set
+-- of $3 (item -j for the j-th, n), each live record among keys $2 (distinct; item j for
+-- the j-th, its value, version n and expiry), and one row i = 0 with the clock in
+-- expires_at. One primary-key lookup per room and key, as in read; no arrays to build or
+-- decode.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+g AS MATERIALIZED (SELECT g.room, g.i FROM unnest($1::text[]) WITH ORDINALITY AS g (room, i))
+SELECT 0::int8 AS i, 0::int8 AS item, NULL::text AS value, NULL::int8 AS n,
+       extract(epoch FROM clock.ts)::float8 AS expires_at
   FROM clock
- CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+UNION ALL
+SELECT g.i, 0, NULL, (SELECT s.seq FROM {schema}.rooms AS s WHERE s.room = g.room), NULL
+  FROM g
+UNION ALL
+SELECT g.i, -n.i, NULL,
+       (SELECT count(*) FROM {schema}.set_members AS m WHERE m.room = g.room AND m.name = n.name),
+       NULL
+  FROM g
+ CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS n (name, i)
+UNION ALL
+SELECT g.i, k.i, r.value, r.version, extract(epoch FROM r.expires_at)::float8
+  FROM clock
+ CROSS JOIN g
+ CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS k (key, i)
  CROSS JOIN LATERAL (
-     SELECT array_agg(r.key) AS keys, array_agg(r.value) AS vals,
-            array_agg(r.version) AS versions,
-            array_agg(extract(epoch FROM r.expires_at)::float8) AS expires
-       FROM unnest($2::text[]) AS k (key)
-      CROSS JOIN LATERAL (
-          SELECT r.key, r.value, r.version, r.expires_at
-            FROM {schema}.records AS r
-           WHERE r.room = g.room AND r.key = k.key AND r.value IS NOT NULL
-           LIMIT 1
-      ) AS r
-      WHERE r.expires_at IS NULL OR r.expires_at > clock.ts
- ) AS r
- ORDER BY g.i;
+     SELECT r.value, r.version, r.expires_at
+       FROM {schema}.records AS r
+      WHERE r.room = g.room AND r.key = k.key AND r.value IS NOT NULL
+        AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+      LIMIT 1
+ ) AS r;
 
 -- name: transact
 -- Apply a batch of independent transacts of one room, each all or nothing, in one
@@ -185,6 +190,38 @@ SELECT extract(epoch FROM clock.ts)::float8 AS now, g.i, p.key, p.value, p.versi
        ORDER BY r.key
        LIMIT $4 + 1
   ) AS p ON true
+ ORDER BY g.i, p.key;
+
+-- name: scan_keys
+-- As scan_rooms, the keys only (g.i and the key; no row for a room with none).
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT g.i, p.key
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+ CROSS JOIN LATERAL (
+      SELECT r.key
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key < $3 AND r.key > $4
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $5 + 1
+  ) AS p
+ ORDER BY g.i, p.key;
+
+-- name: scan_keys_to_end
+-- As scan_keys, for a range with no upper bound: key >= $2, key > $3, $4 + 1 per room.
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts)
+SELECT g.i, p.key
+  FROM clock
+ CROSS JOIN unnest($1::text[]) WITH ORDINALITY AS g (room, i)
+ CROSS JOIN LATERAL (
+      SELECT r.key
+        FROM {schema}.records AS r
+       WHERE r.room = g.room AND r.key >= $2 AND r.key > $3
+         AND r.value IS NOT NULL AND (r.expires_at IS NULL OR r.expires_at > clock.ts)
+       ORDER BY r.key
+       LIMIT $4 + 1
+  ) AS p
  ORDER BY g.i, p.key;
 
 -- name: read_log

@@ -8,8 +8,9 @@ the top of its ``.lua`` file next to this module.
 
 Round trips: one per call (two for a ``watch`` that waits). ``read``, ``transact``,
 ``scan``, ``read_log``, ``trim_log``, ``set_pick`` and ``delete_room`` are one EVALSHA each,
-``last_seq`` one HGET, ``set_size`` one ZCARD; ``glance`` and ``scan_rooms`` one EVALSHA
-per room, all in one write (:meth:`RedisStore._run_many`). ``watch`` is one HGET when the
+``last_seq`` one HGET, ``set_size`` one ZCARD; ``glance``, ``scan_rooms`` and
+``scan_keys`` one EVALSHA over every room (on a cluster one per room, all in one write
+per node: :meth:`RedisStore._run_many`). ``watch`` is one HGET when the
 log is already past ``after`` (or the timeout is 0), else that and then a pipelined
 ``XREAD BLOCK`` and ``HGET`` on a watch connection (see :meth:`RedisStore._watch`). The
 scripts are loaded when the store is opened; if the server forgets them (restart, failover,
@@ -95,6 +96,7 @@ from agentrooms.store.redis.wire import (
 from agentrooms.store.types import (
     Event,
     Glance,
+    KeyPage,
     Limits,
     Prepared,
     ScanPage,
@@ -327,17 +329,10 @@ class RedisStore(WatchReads):
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
         """One ``glance_rooms.lua`` EVALSHA for every room: one round trip, and one script
-        run on the server, not one per room (a cluster runs ``glance.lua`` per room)."""
-        names: list[Arg] = []
-        for room in rooms:
-            rk = room_keys(self.prefix, room)
-            names += [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
+        run on the server, not one per room (a cluster runs it per room)."""
+        names = scripts.glance_args(self.prefix, rooms, keys, sets)
         reply = await self._run(scripts.GLANCE_ROOMS, names, [len(sets), len(keys)])
-        stride = 1 + len(sets) + 3 * len(keys)
-        return [
-            scripts.glance_reply(room, keys, sets, reply, 1 + i * stride)
-            for i, room in enumerate(rooms)
-        ]
+        return scripts.glances(rooms, keys, sets, reply)
 
     async def _transact(self, room: str, ops: Prepared) -> TransactResult:
         meta, scan, log, base, set_base, registry = room_keys(self.prefix, room)
@@ -375,21 +370,25 @@ class RedisStore(WatchReads):
         )
 
     async def _scan(self, room: str, prefix: str, after: str | None, limit: int) -> ScanPage:
-        keys, args = scripts.scan_args(self.prefix, room, prefix, after, limit)
-        return scripts.scan_page(await self._run(scripts.SCAN, keys, args))
+        (page,) = await self._scan_rooms([room], prefix, after, limit)
+        return page
 
     async def _scan_rooms(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[ScanPage]:
-        """One ``scan_rooms.lua`` EVALSHA for every room (a cluster runs ``scan.lua`` per
-        room)."""
-        calls = [scripts.scan_args(self.prefix, room, prefix, after, limit) for room in rooms]
-        index_keys = [keys[0] for keys, _ in calls]
-        bounds = calls[0][1][1:]  # the same for every room
-        reply = await self._run(
-            scripts.SCAN_ROOMS, index_keys, [*bounds, *(a[0] for _, a in calls)]
-        )
+        """One ``scan_rooms.lua`` EVALSHA for every room (a cluster runs it per room)."""
+        keys, args = scripts.scan_args(self.prefix, rooms, prefix, after, limit)
+        reply = await self._run(scripts.SCAN_ROOMS, keys, args)
         return [scripts.scan_page(page, reply[0]) for page in reply[1:]]
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """One ``scan_rooms.lua`` EVALSHA for every room, without the values (a cluster
+        runs it per room)."""
+        keys, args = scripts.scan_args(self.prefix, rooms, prefix, after, limit, values=False)
+        reply = await self._run(scripts.SCAN_ROOMS, keys, args)
+        return [scripts.key_page(page) for page in reply[1:]]
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         keys = room_keys(self.prefix, room)

@@ -46,9 +46,9 @@ from agentrooms.store.base import Store, seen
 from agentrooms.store.redis import scripts
 from agentrooms.store.redis.backend import RedisStore, ReplicasBehind
 from agentrooms.store.redis.durability import judge
-from agentrooms.store.redis.keys import redact_url, room_keys
+from agentrooms.store.redis.keys import redact_url
 from agentrooms.store.redis.wire import Arg, pack_command
-from agentrooms.store.types import Glance, Limits, ScanPage, StoreInfo
+from agentrooms.store.types import Glance, KeyPage, Limits, ScanPage, StoreInfo
 
 __all__ = ["MAX_REDIRECTS", "RedisClusterStore", "Shard", "slot_of"]
 
@@ -324,22 +324,30 @@ class RedisClusterStore(RedisStore):
         raise RedisError(f"redis-cluster: slot {slot} still refused after redirects ({last})")
 
     async def _glance(self, rooms: list[str], keys: list[str], sets: list[str]) -> list[Glance]:
-        """One ``glance.lua`` per room (a script's keys share one slot), all in one write
-        per node (:meth:`_run_many`)."""
-        calls: list[tuple[Sequence[Arg], Sequence[Arg]]] = []
-        for room in rooms:
-            rk = room_keys(self.prefix, room)
-            names = [rk.meta, *(rk.set + n for n in sets), *(rk.record + k for k in keys)]
-            calls.append((names, [len(sets)]))
-        replies = await self._run_many(scripts.GLANCE, calls)
-        return [scripts.glance_reply(r, keys, sets, g) for r, g in zip(rooms, replies, strict=True)]
+        """``glance_rooms.lua`` per room (a script's keys share one slot), all in one
+        write per node (:meth:`_run_many`)."""
+        args = [len(sets), len(keys)]
+        calls = [(scripts.glance_args(self.prefix, [r], keys, sets), args) for r in rooms]
+        replies = await self._run_many(scripts.GLANCE_ROOMS, calls)
+        return [scripts.glances([r], keys, sets, g)[0] for r, g in zip(rooms, replies, strict=True)]
 
     async def _scan_rooms(
         self, rooms: list[str], prefix: str, after: str | None, limit: int
     ) -> list[ScanPage]:
-        """One ``scan.lua`` per room, all in one write per node (:meth:`_run_many`)."""
-        calls = [scripts.scan_args(self.prefix, room, prefix, after, limit) for room in rooms]
-        return [scripts.scan_page(reply) for reply in await self._run_many(scripts.SCAN, calls)]
+        """``scan_rooms.lua`` per room, all in one write per node (:meth:`_run_many`)."""
+        calls = [scripts.scan_args(self.prefix, [r], prefix, after, limit) for r in rooms]
+        replies = await self._run_many(scripts.SCAN_ROOMS, calls)
+        return [scripts.scan_page(reply[1], reply[0]) for reply in replies]
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """``scan_rooms.lua`` per room without the values, all in one write per node."""
+        calls = [
+            scripts.scan_args(self.prefix, [r], prefix, after, limit, values=False) for r in rooms
+        ]
+        replies = await self._run_many(scripts.SCAN_ROOMS, calls)
+        return [scripts.key_page(reply[1]) for reply in replies]
 
     async def _pipeline(self, commands: list[list[bytes]], routes: list[Arg]) -> list[Any]:
         """Each node's share of ``commands`` (those whose route's slot it owns, by the

@@ -1,12 +1,15 @@
--- glance_rooms: glance.lua for many rooms in one call, each room as glance.lua reads it,
--- all in one snapshot (one server, not a cluster: the rooms' keys are in many slots).
+-- glance_rooms: the newest seq, the sizes of some sets and some records of each of one or
+-- more rooms, all in one snapshot, with the server's clock. On one server any rooms; on a
+-- cluster one room per call (a script's keys share a slot).
 --
+-- Touches only keys named in KEYS (read only):
 --   KEYS: per room, in the caller's order: its meta hash, then S set keys, then K record
 --         hashes (1 + S + K keys per room)
 --   ARGV[1]: S, ARGV[2]: K
 --
 -- Returns {now_ms, then per room: seq, size1 .. sizeS, version1, expires1, value1, ...}:
--- 1 + S + 3K slots per room, as glance.lua's reply after its now_ms.
+-- 1 + S + 3K slots per room, three per record as read.lua's (all false when absent or
+-- expired). seq is 0 for a room that never appended.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -23,6 +23,7 @@ from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Glance,
+    KeyPage,
     PreparedWrite,
     Record,
     ScanPage,
@@ -51,19 +52,17 @@ class Script:
 
 TRANSACT = Script("transact")
 READ = Script("read")
-GLANCE = Script("glance")
-SCAN = Script("scan")
 READ_LOG = Script("read_log")
 TRIM_LOG = Script("trim_log")
 SET_PICK = Script("set_pick")
 DELETE_ROOM = Script("delete_room")
-GLANCE_ROOMS = Script("glance_rooms")  # one server only: its keys span slots
-SCAN_ROOMS = Script("scan_rooms")  # the same
+# over many rooms on one server, over one room per call on a cluster (a script's keys
+# share a slot there), and ``scan`` over one room everywhere
+GLANCE_ROOMS = Script("glance_rooms")
+SCAN_ROOMS = Script("scan_rooms")
 SCRIPTS = (
     TRANSACT,
     READ,
-    GLANCE,
-    SCAN,
     READ_LOG,
     TRIM_LOG,
     SET_PICK,
@@ -200,40 +199,78 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def glance_reply(room: str, keys: list[str], sets: list[str], reply: Any, at: int = 1) -> Glance:
-    """A room's :class:`Glance` from a ``glance.lua`` reply (or the room's slots of a
-    ``glance_rooms.lua`` one, from ``at``, with the time in ``reply[0]``)."""
-    sizes = dict(zip(sets, reply[at + 1 : at + 1 + len(sets)], strict=True))
-    found = {}
-    at += 1 + len(sets)
-    for i, key in enumerate(keys):
-        version = reply[at + 3 * i]
-        if version is not None:
-            found[key] = record(key, version, reply[at + 3 * i + 1], reply[at + 3 * i + 2])
-    return Glance(room, Snapshot(found, reply[0] / 1000.0), reply[at - 1 - len(sets)], sizes)
+def glance_args(prefix: str, rooms: list[str], keys: list[str], sets: list[str]) -> list[Arg]:
+    """``glance_rooms.lua``'s KEYS for ``rooms`` (its ARGV: ``[len(sets), len(keys)]``)."""
+    names: list[Arg] = []
+    add = names.append
+    for room in rooms:
+        rk = room_keys(prefix, room)
+        add(rk.meta)
+        names += [rk.set + n for n in sets]
+        names += [rk.record + k for k in keys]
+    return names
 
 
-def scan_args(
-    prefix: str, room: str, key_prefix: str, after: str | None, limit: int
-) -> tuple[list[Arg], list[Arg]]:
-    """``scan.lua``'s KEYS and ARGV for one room's page."""
-    keys = room_keys(prefix, room)
+def glances(rooms: list[str], keys: list[str], sets: list[str], reply: Any) -> list[Glance]:
+    """``rooms``' glances from a ``glance_rooms.lua`` reply over them (in their order)."""
+    now, sized, at = reply[0] / 1000.0, len(sets), 1
+    out = []
+    for room in rooms:
+        seq = reply[at]
+        sizes = dict(zip(sets, reply[at + 1 : at + 1 + sized], strict=True)) if sized else {}
+        at += 1 + sized
+        found = {}
+        for key in keys:
+            version = reply[at]
+            if version is not None:
+                found[key] = record(key, version, reply[at + 1], reply[at + 2])
+            at += 3
+        out.append(Glance(room, Snapshot(found, now), seq, sizes))
+    return out
+
+
+def scan_bounds(key_prefix: str, after: str | None) -> tuple[bytes, bytes]:
+    """The ZRANGEBYLEX bounds of the keys under ``key_prefix`` after ``after``."""
     low = b"[" + key_prefix.encode() if key_prefix else b"-"
     if after is not None and after >= key_prefix:
         low = b"(" + after.encode()
     high = b"(" + key_prefix.encode() + b"\xff" if key_prefix else b"+"
-    return [keys.scan], [keys.record, low, high, limit]
+    return low, high
 
 
-def scan_page(reply: Any, now_ms: int | None = None) -> ScanPage:
-    """A ``scan.lua`` reply as a :class:`ScanPage` (or one page of a ``scan_rooms.lua``
-    reply, which has no time of its own: ``now_ms``, the reply's)."""
-    at = 1 if now_ms is not None else 2
-    if now_ms is None:
-        now_ms = reply[0]
+def scan_args(
+    prefix: str,
+    rooms: list[str],
+    key_prefix: str,
+    after: str | None,
+    limit: int,
+    values: bool = True,
+) -> tuple[list[Arg], list[Arg]]:
+    """``scan_rooms.lua``'s KEYS and ARGV for ``rooms`` (``values``: the records, else
+    their keys alone)."""
+    index: list[Arg] = []
+    bases: list[Arg] = []
+    for room in rooms:
+        rk = room_keys(prefix, room)
+        index.append(rk.scan)
+        bases.append(rk.record)
+    return index, [*scan_bounds(key_prefix, after), limit, "r" if values else "k", *bases]
+
+
+def scan_page(page: Any, now_ms: int) -> ScanPage:
+    """One page of a ``scan_rooms.lua`` reply as a :class:`ScanPage` (``now_ms``: the
+    reply's time)."""
     records = [
-        record(reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
-        for i in range(at, len(reply), 4)
+        record(page[i].decode(), page[i + 1], page[i + 2], page[i + 3])
+        for i in range(1, len(page), 4)
     ]
-    next_after = None if reply[at - 1] is None else reply[at - 1].decode()
+    next_after = None if page[0] is None else page[0].decode()
     return ScanPage(records, next_after, now_ms / 1000.0)
+
+
+def key_page(page: Any) -> KeyPage:
+    """One page of a ``scan_rooms.lua`` reply without values as a :class:`KeyPage`."""
+    next_after = page[0]
+    return KeyPage(
+        [key.decode() for key in page[1:]], None if next_after is None else next_after.decode()
+    )

@@ -46,6 +46,7 @@ from agentrooms.store.sqlite.worker import Worker
 from agentrooms.store.types import (
     Event,
     Glance,
+    KeyPage,
     Limits,
     Prepared,
     ScanPage,
@@ -129,6 +130,11 @@ class SqliteStore(Store):
         return await self._call(
             lambda ops: [ops.scan(room, prefix, after, limit) for room in rooms], write=False
         )
+
+    async def _scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        return await self._call(lambda ops: ops.scan_keys(rooms, prefix, after, limit), write=False)
 
     async def _read_log(self, room: str, after: int, limit: int) -> list[Event]:
         return await self._call(lambda ops: ops.read_log(room, after, limit), write=False)

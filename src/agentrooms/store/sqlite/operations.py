@@ -29,6 +29,7 @@ from agentrooms.store.types import (
     Event,
     FenceAtMost,
     Glance,
+    KeyPage,
     Prepared,
     PreparedAppend,
     PreparedSetOp,
@@ -124,6 +125,25 @@ class Operations:
         next_after = records[-1].key if len(rows) > limit else None
         return ScanPage(records, next_after, now_ms / 1000.0)
 
+    def scan_keys(
+        self, rooms: list[str], prefix: str, after: str | None, limit: int
+    ) -> list[KeyPage]:
+        """Each room's :meth:`scan` page, the keys only: a statement per room."""
+        if not _encodable(prefix):
+            return [KeyPage([], None) for _ in rooms]
+        low, skip = (prefix, None) if after is None or after < prefix else (after, after)
+        params: dict[str, Any] = {"low": low, "high": prefix_end(prefix), "skip": skip}
+        params |= {"now_ms": self._now_ms(), "limit": limit + 1}
+        execute, query, out = self._conn.execute, self._q["scan_keys"], []
+        for room in rooms:
+            params["room"] = room
+            keys = [key for (key,) in execute(query, params)]
+            more = len(keys) > limit
+            if more:
+                del keys[limit:]
+            out.append(KeyPage(keys, keys[-1] if more else None))
+        return out
+
     def read_log(self, room: str, after: int, limit: int) -> list[Event]:
         low = self._one("read_log_low", {"room": room}) or 1
         if after + 1 < low:
@@ -147,25 +167,22 @@ class Operations:
         all the rooms, in the job's read transaction (one snapshot)."""
         now_ms = self._now_ms()
         params = {"rooms": _keys_json(rooms)}
-        found: dict[str, dict[str, Record]] = {}
+        found: dict[str, dict[str, Record]] = {room: {} for room in rooms}
         if keys:
             query = {**params, "keys": _keys_json(keys), "now_ms": now_ms}
             for room, key, value, version, expires_ms in self._all("glance_records", query):
-                found.setdefault(room, {})[key] = _record(key, value, version, expires_ms)
+                found[room][key] = _record(key, value, version, expires_ms)
         seqs: dict[str, int] = dict(self._all("glance_seqs", params))
-        sizes: dict[str, dict[str, int]] = {}
+        sizes: dict[str, dict[str, int]] = {room: {} for room in rooms}
         if sets:
-            for room, name, size in self._all(
-                "glance_set_sizes", {**params, "names": _keys_json(sets)}
-            ):
-                sizes.setdefault(room, {})[name] = size
-        now, none = now_ms / 1000.0, dict[str, Record]()
-        out = []
-        for room in rooms:
-            records = found.get(room, none)
-            snapshot = Snapshot({k: records[k] for k in keys if k in records}, now)
-            out.append(Glance(room, snapshot, seqs.get(room, 0), sizes.get(room, {})))
-        return out
+            query = {**params, "names": _keys_json(sets)}
+            for room, name, size in self._all("glance_set_sizes", query):
+                sizes[room][name] = size
+        now = now_ms / 1000.0
+        return [
+            Glance(room, Snapshot(found[room], now), seqs.get(room, 0), sizes[room])
+            for room in rooms
+        ]
 
     # -- the watch poll (outside any transaction) -------------------------------------
 

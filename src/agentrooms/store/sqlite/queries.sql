@@ -97,6 +97,16 @@ WHERE room = :room
 ORDER BY key
 LIMIT :limit;
 
+-- name: scan_keys
+-- As scan_records, the keys only.
+SELECT key
+FROM records
+WHERE room = :room
+  AND key >= :low AND key < :high AND key IS NOT :skip
+  AND (expires_ms IS NULL OR expires_ms > :now_ms)
+ORDER BY key
+LIMIT :limit;
+
 -- name: read_log_low
 -- The first sequence number of a room's log that has not been trimmed (no row: 1).
 SELECT low FROM rooms WHERE room = :room;
