@@ -13,8 +13,9 @@ A handle's session (``store.session``, made on first use) holds:
   wrote them at (:mod:`agentrooms.sourcing.aggregates`);
 * ``shared``: what every handle of the same :attr:`~agentrooms.store.base.Store.identity`
   shares (they reach the same data): the one follower of each room's log per event loop
-  (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters, and
-  the last depth read of each writer queue (:mod:`agentrooms.writer`).
+  (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters,
+  the last depth read of each writer queue, and the submissions to it being grouped into
+  one transact (:mod:`agentrooms.writer`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = ["Session", "Shared"]
 class Shared:
     """What the handles of one store identity share in this process."""
 
-    __slots__ = ("__weakref__", "depths", "entries", "followers")
+    __slots__ = ("__weakref__", "depths", "entries", "followers", "groups")
 
     def __init__(self) -> None:
         self.followers: dict[tuple[str, asyncio.AbstractEventLoop], Follower] = {}
@@ -48,6 +49,9 @@ class Shared:
         """(room, lock, waiter) -> the queue entry of a waiter of this process in line."""
         self.depths: dict[tuple[str, str], tuple[int, float]] = {}
         """(room, writer queue) -> its last depth read in this process, and when (monotonic)."""
+        self.groups: dict[tuple[str, str, asyncio.AbstractEventLoop], Any] = {}
+        """(room, writer queue, event loop) -> the submissions of this step of the loop,
+        to be sent in one transact (:mod:`agentrooms.writer.groups`)."""
 
 
 _shared: weakref.WeakValueDictionary[Hashable, Shared] = weakref.WeakValueDictionary()

@@ -143,6 +143,51 @@ async def test_intents_the_store_would_refuse_are_refused_at_submission(room: Ro
     assert await queue.depth() == 0
 
 
+async def test_submissions_made_in_one_step_go_in_one_transact(store: Store, room: Room) -> None:
+    """Ten submitters ready at once: one transact carries their ten submissions, in the
+    order they were made, and each is queued."""
+    counting = Interposed(store)
+    queue = IntentQueue(Rooms(counting).room(room.name))
+    await queue.submit(Intent([], [Put("warm", 0)]))  # the queue's marker, a depth read
+    before = counting.calls
+    ids = await asyncio.gather(*(queue.submit(Intent([], [Put(f"by/{i}", i)])) for i in range(10)))
+    assert counting.calls - before == 1
+    log = await store.read_log(room.name, 0, 1000)
+    assert [e.data["id"] for e in log if e.type == "wq.submitted"][1:] == ids
+    assert await queue.depth() == 11
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 11
+    assert {(await queue.outcome(i)).status for i in ids} == {"applied"}
+
+
+class RefusingPills(Interposed):
+    """Refuses, before writing anything, every transact that carries a ``pill`` key."""
+
+    async def _transact(self, room: str, ops: Any) -> Any:
+        if any('"pill"' in a.data_json for a in ops.appends):
+            self.calls += 1
+            raise BadRequest("refused by the store")
+        return await super()._transact(room, ops)
+
+
+async def test_a_submission_the_store_refuses_fails_alone_in_its_group(
+    store: Store, room: Room
+) -> None:
+    """The group is refused before anything is written: each submission is sent again
+    alone, so only the one at fault gets the error and the others are queued once."""
+    handle = RefusingPills(store)
+    queue = IntentQueue(Rooms(handle).room(room.name))
+    await queue.submit(Intent([], [Put("warm", 0)]))
+    intents = [Intent([], [Put("pill" if i == 2 else f"by/{i}", i)]) for i in range(5)]
+    done = await asyncio.gather(*(queue.submit(i) for i in intents), return_exceptions=True)
+    assert isinstance(done[2], BadRequest)
+    assert all(isinstance(d, str) for k, d in enumerate(done) if k != 2)
+    log = await store.read_log(room.name, 0, 1000)
+    queued = [e.data["id"] for e in log if e.type == "wq.submitted"][1:]
+    assert queued == [d for k, d in enumerate(done) if k != 2]
+    assert await queue.depth() == 5
+
+
 # ---------------------------------------------------------------------- backpressure
 
 

@@ -27,6 +27,7 @@ from agentrooms.store.types import (
     SetAdd,
 )
 from agentrooms.store.validation import prepare_transact
+from agentrooms.writer import groups
 from agentrooms.writer.model import (
     APPLIED,
     DEAD,
@@ -186,11 +187,10 @@ class IntentQueue:
             data["place"] = retry_of.place
         await self._check_depth()
         submitted = Append(SUBMITTED, data, author)
-        if not named:
-            queue: list[Put | SetAdd] = [SetAdd(self.keys.queued, intent_id)]
-            if not self._marked:  # the first: the queue is marked in the room
-                queue.append(Put(self.keys.marker, {"queue": self.keys.name}))
-            await self.scope.transact((), queue, [submitted])
+        if not named:  # the first one marks the queue in the room
+            marker = None if self._marked else Put(self.keys.marker, {"queue": self.keys.name})
+            one = groups.member(SetAdd(self.keys.queued, intent_id), submitted, marker)
+            await groups.send(self.scope, self.keys.name, one)
             self._marked = True
             self._since += 1
             return True

@@ -1,0 +1,103 @@
+"""Submissions grouped into one transact: the unnamed submissions to one queue that this
+process makes in one step of its event loop (through handles of one store) are sent as
+one transact, as a group commit.
+
+A submission's transact compares nothing of its own (only the room's existence and
+archive state, the same for every submission to the room) and never conflicts with
+another, so putting several in one changes what they cost, not what they do: each is its
+``wq.submitted`` append and its member of the queued set, numbered by the store in the
+order they were made. The group is all or nothing, as each submission alone was: a room
+deleted or archived fails every member with its own error; a store failure leaves every
+member in doubt, as it would have left each alone. A group the store refuses before
+writing anything (``BadRequest``: one submission over a limit) is sent again one
+submission at a time, so that only the one at fault is refused.
+
+No submission waits for another: the group is sent at the next step of the event loop,
+after the submitters that were ready in the same step (typically the waiters one batch of
+outcomes woke) have joined it; groups are not serialized behind each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from agentrooms.errors import BadRequest
+from agentrooms.rooms.scope import Scope
+from agentrooms.store.types import Append, Put, SetAdd
+
+__all__ = ["GROUP", "send"]
+
+GROUP = 64  # submissions in one transact, at most
+
+
+@dataclass(slots=True)
+class _Member:
+    queued: SetAdd
+    submitted: Append
+    marker: Put | None  # the queue's marker record, written by an IntentQueue's first
+
+
+@dataclass(slots=True)
+class _Group:
+    scope: Scope
+    key: tuple[str, str, asyncio.AbstractEventLoop]
+    members: list[_Member] = field(default_factory=list)
+    task: asyncio.Future[list[BaseException | None]] | None = None
+
+
+_GroupKey = tuple[str, str, asyncio.AbstractEventLoop]
+
+
+async def send(scope: Scope, queue: str, member: _Member) -> None:
+    """Send ``member`` (a submission to ``queue`` in ``scope``'s room) in this step's
+    group; returns once its transact committed, raises what it raised."""
+    groups: dict[_GroupKey, _Group] = scope.store.session.shared.groups
+    key = (scope.room, queue, asyncio.get_running_loop())
+    group = groups.get(key)
+    limits = scope.store.limits
+    if group is None or len(group.members) >= min(GROUP, (limits.max_ops - 4) // 2):
+        group = groups[key] = _Group(scope, key)
+        group.task = asyncio.ensure_future(_flush(groups, group))
+    position = len(group.members)
+    group.members.append(member)
+    task = group.task
+    assert task is not None
+    results = await asyncio.shield(task)
+    error = results[position]
+    if error is not None:
+        raise error
+
+
+def member(queued: SetAdd, submitted: Append, marker: Put | None) -> _Member:
+    return _Member(queued, submitted, marker)
+
+
+async def _flush(groups: dict[_GroupKey, _Group], group: _Group) -> list[BaseException | None]:
+    """Send the group (closed to newcomers first); one result per member: ``None`` if its
+    submission committed, else the error it gets."""
+    if groups.get(group.key) is group:
+        del groups[group.key]
+    members = group.members
+    try:
+        await _transact(group.scope, members)
+        return [None] * len(members)
+    except BadRequest as exc:
+        if len(members) == 1:
+            return [exc]
+    except Exception as exc:
+        return [exc] * len(members)
+    results: list[BaseException | None] = []
+    for one in members:  # refused before anything was written: find the one at fault
+        try:
+            await _transact(group.scope, [one])
+            results.append(None)
+        except Exception as exc:
+            results.append(exc)
+    return results
+
+
+async def _transact(scope: Scope, members: list[_Member]) -> None:
+    markers = [m.marker for m in members if m.marker is not None]
+    writes: list[Put | SetAdd] = [m.queued for m in members] + markers[:1]
+    await scope.transact((), writes, [m.submitted for m in members])
