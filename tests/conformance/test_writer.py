@@ -51,6 +51,18 @@ async def chain_log(store: Store, room: Room) -> list[int]:
     return [e.data["i"] for e in log if e.type == "chain"]
 
 
+def settlements(log: list[Any]) -> list[dict[str, Any]]:
+    """Every outcome the ``wq.settled`` events of ``log`` tell, in their order, with the
+    writer and fence of its event."""
+    return [
+        {"id": i, "status": status, "seq": seq, "place": place, "reason": reason}
+        | {"by": e.data["by"], "fence": e.data["fence"]}
+        for e in log
+        if e.type == "wq.settled"
+        for i, status, seq, place, reason in e.data["outcomes"]
+    ]
+
+
 # ------------------------------------------------------------------------ in order
 
 
@@ -74,7 +86,7 @@ async def test_intents_apply_in_submission_order(store: Store, room: Room) -> No
     assert {o.status for o in outcomes} == {"applied"}
     log = await store.read_log(room.name, 0, 10_000)
     order = [e.data["id"] for e in log if e.type == "wq.submitted"]
-    applied = [e.data["id"] for e in log if e.type == "wq.applied"]
+    applied = [o["id"] for o in settlements(log) if o["status"] == "applied"]
     assert applied == order  # the writer followed the queue exactly
     items = [(e.data["s"], e.data["k"]) for e in log if e.type == "item"]
     for s in range(3):
@@ -373,7 +385,7 @@ async def test_failover_applies_every_intent_once_in_order(
     assert seqs == sorted(seqs)
     assert survivor is not None and survivor.owner != victim
     log = await store.read_log(room.name, 0, 10_000)
-    applied = [e.data for e in log if e.type == "wq.applied"]
+    applied = [o for o in settlements(log) if o["status"] == "applied"]
     assert [d["id"] for d in applied] == ids
     by = [d["by"] for d in applied]  # the victim applied a prefix, the survivor the rest
     switch = by.index(survivor.owner)
@@ -381,6 +393,34 @@ async def test_failover_applies_every_intent_once_in_order(
         0 < switch < total and set(by[:switch]) == {victim} and set(by[switch:]) == {survivor.owner}
     )
     assert applied[switch]["fence"] > applied[switch - 1]["fence"]
+
+
+@pytest.mark.slow
+async def test_waiters_learn_a_batch_settled_in_another_process_from_its_one_event(
+    backend: Backend, store: Store, room: Room
+) -> None:
+    """Sixteen submitters of this process wait; a writer in another process (on
+    memory://, a task on a handle of its own: nothing told to this process) settles
+    their intents in one batch, with one ``wq.settled`` event: read from the log, it
+    wakes every waiter with its own outcome."""
+    queue = IntentQueue(room)
+    bump = QueuedIntent([], increments=[Increment("counter", 1, "n")])
+    waiting = [asyncio.create_task(queue.submit_and_wait(bump, timeout=60)) for _ in range(16)]
+    while await queue.depth() < 16:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    writers = Writers(backend, store, room, lock_ttl=5.0)
+    try:
+        writers.start("wa")
+        outcomes = await asyncio.wait_for(asyncio.gather(*waiting), 60)
+    finally:
+        await writers.close()
+    assert [o.status for o in outcomes] == ["applied"] * 16
+    log = await store.read_log(room.name, 0, 10_000)
+    (event,) = [e for e in log if e.type == "wq.settled"]
+    assert event.data["by"] == "wa" and len(event.data["outcomes"]) == 16
+    told = {o["id"]: (o["seq"], o["place"]) for o in settlements(log)}
+    assert {o.id: (o.seq, o.place) for o in outcomes} == told
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 16}
 
 
 # --------------------------------------------------------------------------- batches
@@ -391,11 +431,11 @@ def commits(w: Writer) -> float:
 
 
 def outcome_events(log: list[Any]) -> dict[str, list[str]]:
-    """Per intent id, the outcome events the writer appended for it."""
+    """Per intent id, the outcomes the writer's events told for it."""
     found: dict[str, list[str]] = {}
-    for e in log:
-        if e.type in ("wq.applied", "wq.rejected", "wq.dead"):
-            found.setdefault(e.data["id"], []).append(e.type)
+    for o in settlements(log):
+        if o["status"] in ("applied", "rejected", "dead"):
+            found.setdefault(o["id"], []).append(o["status"])
     return found
 
 
@@ -420,8 +460,8 @@ async def test_a_batch_evaluates_each_intent_on_the_state_the_earlier_ones_left(
     assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 10}
     log = await store.read_log(room.name, 0, 10_000)
     assert outcome_events(log) == {
-        **{i: ["wq.applied"] for i in ids},
-        stale: ["wq.rejected"],
+        **{i: ["applied"] for i in ids},
+        stale: ["rejected"],
     }  # every outcome recorded once
     assert await queue.depth() == 0 and await queue.position() == max(
         e.seq for e in log if e.type == "wq.submitted"
@@ -517,7 +557,7 @@ async def test_dead_letters_in_a_batch(store: Store, room: Room) -> None:
     assert await chain_log(store, room) == list(range(6))
     log = await store.read_log(room.name, 0, 10_000)
     assert [e.data["failures"] for e in log if e.type == "wq.failed"] == [1, 2]
-    assert outcome_events(log)["poison"] == ["wq.dead"]
+    assert outcome_events(log)["poison"] == ["dead"]
     # before: one write; poison: two failures counted and one burial; after: one write
     assert commits(w) == 1 + 2 + 1 + 1
 
@@ -544,7 +584,7 @@ async def test_a_stale_writers_batch_is_fenced_out(store: Store, room: Room) -> 
     assert await fresh.apply_pending(taken[0]) == 6 and commits(fresh) == 1
     assert await chain_log(store, room) == list(range(6))
     log = await store.read_log(room.name, 0, 10_000)
-    assert {e.data["by"] for e in log if e.type == "wq.applied"} == {"new"}
+    assert {o["by"] for o in settlements(log) if o["status"] == "applied"} == {"new"}
 
 
 # ------------------------------------------------------------------------ increments

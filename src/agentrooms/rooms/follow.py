@@ -36,7 +36,9 @@ subscription's handle, in case the first was closed.
 A subscription either has a ``match`` (every event is offered to it) or names *routes*:
 keys that :func:`route` functions, registered per event type, compute from an event.
 The follower hands an event to the subscriptions of its key with one dict lookup, so 48
-waiters of one lock cost one lookup per handoff, where 48 ``match`` calls would run.
+waiters of one lock cost one lookup per handoff, where 48 ``match`` calls would run. An
+event that concerns many waiters (one that settles a batch of intents) has many keys
+(:func:`route_many`): one lookup per key.
 
 When the follower cannot tell what it missed (the log was trimmed past its position, or
 the store failed), every subscription is told to *resync*: re-read the state it waits on
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from agentrooms.errors import CursorCompacted
@@ -60,6 +62,7 @@ FAILURE_PAUSE = 0.1  # seconds between tries after the store failed
 
 
 _routes: dict[str, Callable[[Event], Hashable]] = {}
+_many: dict[str, Callable[[Event], Iterable[Hashable]]] = {}
 
 
 def route(event_type: str, key: Callable[[Event], Hashable]) -> None:
@@ -68,6 +71,13 @@ def route(event_type: str, key: Callable[[Event], Hashable]) -> None:
     raise, and should return ``None`` for an event it cannot route (any data can be
     appended under any type)."""
     _routes[event_type] = key
+
+
+def route_many(event_type: str, keys: Callable[[Event], Iterable[Hashable]]) -> None:
+    """Route events of ``event_type`` by every key of ``keys(event)``, in its order: to
+    the subscriptions of each (a subscription is handed the event once per key of its
+    own in it). ``keys`` must not raise; an event it cannot route has none."""
+    _many[event_type] = keys
 
 
 @dataclass(eq=False)
@@ -215,6 +225,12 @@ class Follower:
         if key is not None:
             for subscription in self._routed.get(key(event), ()):
                 subscription._deliver(event)
+        keys = _many.get(event.type)
+        if keys is not None:
+            routed = self._routed
+            for k in keys(event):
+                for subscription in routed.get(k, ()):
+                    subscription._deliver(event)
         for subscription, match in self._matching.items():
             if match(event):
                 subscription._deliver(event)

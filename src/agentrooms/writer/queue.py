@@ -14,7 +14,7 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.rooms import keys as room_keys
-from agentrooms.rooms.follow import Subscription, follow, route
+from agentrooms.rooms.follow import Subscription, follow, route_many
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import (
@@ -34,6 +34,7 @@ from agentrooms.writer.model import (
     DEFAULT_RETRY_AFTER,
     QUEUED,
     REJECTED,
+    SETTLED,
     STALE_RATE,
     SUBMITTED,
     DeadLetter,
@@ -58,34 +59,45 @@ DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
 GENERATED = "q-"  # the prefix of the ids submit generates
 
 
-SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
+SETTLING = (APPLIED, REJECTED, DEAD)  # the statuses a waiter is told
 
 
-def _settles(event: Event) -> tuple[str, str, str] | None:
-    """The route of a settling event: its queue and intent id."""
+def _outcomes(event: Event) -> dict[str, IntentOutcome]:
+    """The outcomes a ``wq.settled`` event tells, by intent id (the writer wrote the same
+    on each intent's record); remembered for the last event, since every waiter of its
+    batch asks in turn."""
+    global _last
+    last = _last  # one read: another thread's event loop may replace it
+    if last[0] is event:
+        return last[1]
+    found: dict[str, IntentOutcome] = {}
     data = event.data
-    if not isinstance(data, dict):
-        return None
-    queue, intent_id = data.get("queue"), data.get("id")
-    if isinstance(queue, str) and isinstance(intent_id, str):
-        return ("wq", queue, intent_id)
-    return None
+    entries = data.get("outcomes") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, list) or len(entry) != 5:
+            continue
+        intent_id, status, seq, place, reason = entry
+        if isinstance(intent_id, str) and status in SETTLING:
+            seq = seq if isinstance(seq, int) else None
+            place = place if isinstance(place, int) else seq
+            found[intent_id] = IntentOutcome(intent_id, status, reason, seq, place)
+    _last = (event, found)
+    return found
 
 
-for _kind in SETTLING:
-    route(_kind, _settles)
+_last: tuple[Event | None, dict[str, IntentOutcome]] = (None, {})
 
 
-def _told(intent_id: str, event: Event) -> IntentOutcome:
-    """The outcome a settling event tells (the writer wrote the same on the intent)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    seq = data.get("seq")
-    seq = seq if isinstance(seq, int) else None
-    place = data.get("place", seq)
-    status = event.type.removeprefix("wq.")
-    return IntentOutcome(
-        intent_id, status, data.get("reason"), seq, place if isinstance(place, int) else seq
-    )
+def _settles(event: Event) -> list[tuple[str, str, str]]:
+    """The routes of a ``wq.settled`` event: its queue and each intent id it settles,
+    in the event's order (the rejected first)."""
+    queue = event.data.get("queue") if isinstance(event.data, dict) else None
+    if not isinstance(queue, str):
+        return []
+    return [("wq", queue, intent_id) for intent_id in _outcomes(event)]
+
+
+route_many(SETTLED, _settles)
 
 
 class IntentQueue:
@@ -263,7 +275,7 @@ class IntentQueue:
         return _outcome(intent_id, item)
 
     async def wait(self, intent_id: str, timeout: float = 30.0) -> IntentOutcome:
-        """The intent's outcome once it is settled, read from the ``wq.<outcome>`` event
+        """The intent's outcome once it is settled, read from the ``wq.settled`` event
         that settles it (routed to this waiter by the process's one follower of the
         room's log, so many submitters waiting cost one log read per batch of events,
         not one read each); ``TimeoutError`` if it is still queued after ``timeout``
@@ -284,8 +296,8 @@ class IntentQueue:
             if not await woken.wait(min(remaining, 3600.0)):
                 continue
             events, resync = woken.take()
-            told = [_told(outcome.id, e) for e in events]
-            outcome = next((o for o in told if o.settled), outcome)
+            told = [_outcomes(e).get(outcome.id) for e in events]
+            outcome = next((o for o in told if o is not None), outcome)
             if resync and not outcome.settled:
                 outcome = await self.outcome(outcome.id)
         return outcome
