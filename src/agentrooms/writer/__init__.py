@@ -54,8 +54,9 @@ Rules:
 * **Submitting.** Without an ``intent_id``, ``submit`` is one append and the queued
   set's add, guarded by the room's existence and archive state; its generated id reads
   as ``queued`` until settled. The unnamed submissions a process makes to one queue in
-  one step of its event loop share one transact (:mod:`agentrooms.writer.groups`). With an ``intent_id``, the intent's
-  record is written too (compared absent): idempotent by id.
+  one step of its event loop share one transact (:mod:`agentrooms.writer.groups`).
+  With an ``intent_id``, the intent's record is written too (compared absent):
+  idempotent by id.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
   ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.
   The depth is read before the append, except while the process's last reading (shared
