@@ -59,6 +59,7 @@ from agentrooms.store.types import Event
 IDLE_WATCH = 5.0  # seconds one watch() waits before the follower looks again
 PAGE = 1000  # events per read_log while catching up
 FAILURE_PAUSE = 0.1  # seconds between tries after the store failed
+TOLD_STEPS = 3  # steps of the event loop the follower waits for this process's tell()
 
 
 _routes: dict[str, Callable[[Event], Hashable]] = {}
@@ -129,6 +130,7 @@ class Follower:
         self._routed: dict[Hashable, set[Subscription]] = {}  # route -> its subscriptions
         self._position: int | None = None
         self._told: set[int] = set()  # seqs handed out by tell(), not yet read back
+        self._telling = False  # the last events found were all told already
         self._started: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -199,12 +201,21 @@ class Follower:
     async def _step(self) -> None:
         position = self._position
         assert position is not None
-        if self.store.follow_returns_events:
+        # A store whose blocking read returns the events is read that way, unless the
+        # last events were all told by this process: then the newest seq alone (watch)
+        # may show that there is nothing to read.
+        if self.store.follow_returns_events and not self._telling:
             events = await self.store.follow_log(self.room, position, IDLE_WATCH, PAGE)
+            if events:
+                self._telling = await self._told_soon(events[0].seq, events[-1].seq)
         else:
             seq = await self.store.watch(self.room, position, IDLE_WATCH)
-            if seq <= position or self._all_told(position, seq):
+            if seq <= position:
                 return
+            if await self._told_soon(position + 1, seq):
+                self._all_told(position, seq)
+                return
+            self._telling = False
             events = await self.store.read_log(self.room, position, PAGE)
         if not events:
             return
@@ -234,6 +245,17 @@ class Follower:
         for subscription, match in self._matching.items():
             if match(event):
                 subscription._deliver(event)
+
+    async def _told_soon(self, first: int, last: int) -> bool:
+        """Whether the events ``first`` to ``last`` were all told, giving this process's
+        own writes a few steps of the event loop to tell theirs (the store may wake the
+        follower before the writer has its write's result)."""
+        told = self._told
+        for _ in range(TOLD_STEPS):
+            if all(s in told for s in range(first, last + 1)):
+                return True
+            await asyncio.sleep(0)
+        return all(s in told for s in range(first, last + 1))
 
     def _all_told(self, position: int, seq: int) -> bool:
         """If every event after ``position`` up to ``seq`` was told (this process

@@ -23,8 +23,9 @@ import asyncio
 from dataclasses import dataclass, field
 
 from agentrooms.errors import BadRequest
+from agentrooms.rooms.follow import following, tell
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import Append, Put, SetAdd
+from agentrooms.store.types import Append, Event, Put, SetAdd
 
 __all__ = ["GROUP", "send"]
 
@@ -98,6 +99,14 @@ async def _flush(groups: dict[_GroupKey, _Group], group: _Group) -> list[BaseExc
 
 
 async def _transact(scope: Scope, members: list[_Member]) -> None:
+    """One transact of ``members``; its events are told to this process's follower of the
+    room (which then need not read them back, see :func:`agentrooms.rooms.follow.tell`)."""
     markers = [m.marker for m in members if m.marker is not None]
     writes: list[Put | SetAdd] = [m.queued for m in members] + markers[:1]
-    await scope.transact((), writes, [m.submitted for m in members])
+    appends = [m.submitted for m in members]
+    done = await scope.transact((), writes, appends)
+    if following(scope.store, scope.room):
+        told = zip(done.seqs, appends, strict=True)
+        tell(
+            scope.store, scope.room, [Event(s, a.type, a.data, done.now, a.author) for s, a in told]
+        )
