@@ -330,22 +330,27 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
 def _effects(state: _Running, intent: Intent) -> tuple[list[Write], list[str] | None]:
     """The intent's writes then its increments, as writes of the running state, or
     (``[]``, why) when an increment meets a value that is not a number."""
-    before = dict(state.writes)
+    running = state.writes
+    before: dict[str, Put | Delete | None] = {}  # what the batch held for the keys touched
     writes: list[Write] = list(intent.writes)
     failed: list[str] | None = None
     for w in intent.writes:
         if not isinstance(w, SetAdd | SetRemove):
-            state.writes.pop(w.key, None)
-            state.writes[w.key] = w
+            before.setdefault(w.key, running.get(w.key))
+            running[w.key] = w
     try:
         for inc in increments_of(intent):
             put = Put(inc.key, _incremented(state.get(inc.key), inc), state.ttl(inc.key))
-            state.writes[inc.key] = put
+            before.setdefault(inc.key, running.get(inc.key))
+            running[inc.key] = put
             writes.append(put)
     except _NotANumber as exc:
         writes, failed = [], [str(exc)]
-    state.writes.clear()
-    state.writes.update(before)  # the batch adds them once the intent fits
+    for key, held in before.items():  # as it was: the batch adds them once the intent fits
+        if held is None:
+            del running[key]
+        else:
+            running[key] = held
     merged: dict[Any, Write] = {}
     for w in writes:
         key = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
