@@ -353,9 +353,9 @@ def _effects(state: _Running, intent: Intent) -> tuple[list[Write], list[str] | 
             running[key] = held
     merged: dict[Any, Write] = {}
     for w in writes:
-        key = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
-        merged.pop(key, None)
-        merged[key] = w
+        target = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
+        merged.pop(target, None)
+        merged[target] = w
     return list(merged.values()), failed
 
 
