@@ -22,7 +22,8 @@ from agentrooms.store.types import (
     SetRemove,
     Snapshot,
 )
-from agentrooms.writer import decode_intent, encode_intent
+from agentrooms.writer import IntentQueue, decode_intent, encode_intent
+from agentrooms.writer import queue as queue_module
 from agentrooms.writer.model import QueueKeys
 from agentrooms.writer.transitions import _apply_batch, _apply_intent, _Limit, _Step
 from agentrooms.writer.worker import _Throughput
@@ -209,3 +210,11 @@ def test_a_reordered_batch_that_does_not_fit_is_the_prefix_in_log_order() -> Non
     assert [s["id"] for s in change.result["settled"]] == ["i7", "i8"]
     puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
     assert puts[Q.cursor]["seq"] == 8 and "c" not in puts
+
+
+def test_generated_ids_are_unique_and_a_new_prefix_is_drawn_for_a_forked_child() -> None:
+    ids = [IntentQueue._named(None)[0] for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(i.startswith("q-") for i in ids)
+    queue_module._new_prefix()  # what a forked child runs first (os.register_at_fork)
+    fresh = IntentQueue._named(None)[0]
+    assert fresh.startswith("q-") and fresh.rsplit("-", 1)[0] != ids[0].rsplit("-", 1)[0]

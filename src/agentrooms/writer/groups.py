@@ -37,6 +37,7 @@ class _Member:
     queued: SetAdd
     submitted: Append
     marker: Put | None  # the queue's marker record, written by an IntentQueue's first
+    done: asyncio.Future[None] | None = None  # its submission's outcome
 
 
 @dataclass(slots=True)
@@ -44,7 +45,7 @@ class _Group:
     scope: Scope
     key: tuple[str, str, asyncio.AbstractEventLoop]
     members: list[_Member] = field(default_factory=list)
-    task: asyncio.Future[list[BaseException | None]] | None = None
+    task: asyncio.Future[None] | None = None
 
 
 _GroupKey = tuple[str, str, asyncio.AbstractEventLoop]
@@ -60,42 +61,59 @@ async def send(scope: Scope, queue: str, member: _Member) -> None:
     if group is None or len(group.members) >= min(GROUP, (limits.max_ops - 4) // 2):
         group = groups[key] = _Group(scope, key)
         group.task = asyncio.ensure_future(_flush(groups, group))
-    position = len(group.members)
+    member.done = asyncio.get_running_loop().create_future()
     group.members.append(member)
-    task = group.task
-    assert task is not None
-    results = await asyncio.shield(task)
-    error = results[position]
-    if error is not None:
-        raise error
+    await member.done  # cancelling it leaves the group alone
 
 
 def member(queued: SetAdd, submitted: Append, marker: Put | None) -> _Member:
     return _Member(queued, submitted, marker)
 
 
-async def _flush(groups: dict[_GroupKey, _Group], group: _Group) -> list[BaseException | None]:
-    """Send the group (closed to newcomers first); one result per member: ``None`` if its
-    submission committed, else the error it gets."""
+async def _flush(groups: dict[_GroupKey, _Group], group: _Group) -> None:
+    """Send the group (closed to newcomers first) and tell each member how it went."""
     if groups.get(group.key) is group:
         del groups[group.key]
     members = group.members
     try:
         await _transact(group.scope, members)
-        return [None] * len(members)
     except BadRequest as exc:
         if len(members) == 1:
-            return [exc]
-    except Exception as exc:
-        return [exc] * len(members)
-    results: list[BaseException | None] = []
-    for one in members:  # refused before anything was written: find the one at fault
-        try:
-            await _transact(group.scope, [one])
-            results.append(None)
-        except Exception as exc:
-            results.append(exc)
-    return results
+            _tell(members[0], exc)
+            return
+    except BaseException as exc:
+        for one in members:
+            _tell(one, exc)
+        if not isinstance(exc, Exception):
+            raise
+        return
+    else:
+        for one in members:
+            _tell(one, None)
+        return
+    try:
+        for one in members:  # refused before anything was written: find the one at fault
+            try:
+                await _transact(group.scope, [one])
+            except Exception as exc:
+                _tell(one, exc)
+            else:
+                _tell(one, None)
+    finally:  # cancelled meanwhile: the members not sent yet are cancelled too
+        for one in members:
+            _tell(one, asyncio.CancelledError())
+
+
+def _tell(member: _Member, error: BaseException | None) -> None:
+    done = member.done
+    if done is None or done.done():  # its submitter stopped waiting
+        return
+    if error is None:
+        done.set_result(None)
+    elif isinstance(error, Exception):
+        done.set_exception(error)
+    else:
+        done.cancel()
 
 
 async def _transact(scope: Scope, members: list[_Member]) -> None:

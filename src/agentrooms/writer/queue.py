@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 import uuid
 
@@ -57,6 +59,18 @@ def _scope_of(room: Room | Scope) -> Scope:
 
 DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
 GENERATED = "q-"  # the prefix of the ids submit generates
+
+
+def _new_prefix() -> None:
+    """A generated id is this process's random prefix (96 bits, drawn again in a forked
+    child) and a counter: unique without a random draw per id."""
+    global _prefix, _counter
+    _prefix, _counter = f"{GENERATED}{uuid.uuid4().hex[:24]}-", itertools.count()
+
+
+_prefix, _counter = "", itertools.count()
+_new_prefix()
+os.register_at_fork(after_in_child=_new_prefix)
 
 
 SETTLING = (APPLIED, REJECTED, DEAD)  # the statuses a waiter is told
@@ -165,7 +179,7 @@ class IntentQueue:
     def _named(intent_id: str | None) -> tuple[str, bool]:
         """The id to submit under, and whether the caller named it."""
         if intent_id is None:
-            return GENERATED + uuid.uuid4().hex, False
+            return f"{_prefix}{next(_counter):x}", False
         return room_keys.check_name(intent_id, "intent id"), True
 
     async def _submit(
