@@ -125,6 +125,5 @@ async def _transact(scope: Scope, members: list[_Member]) -> None:
     done = await scope.transact((), writes, appends)
     if following(scope.store, scope.room):
         told = zip(done.seqs, appends, strict=True)
-        tell(
-            scope.store, scope.room, [Event(s, a.type, a.data, done.now, a.author) for s, a in told]
-        )
+        events = [Event(s, a.type, a.data, done.now, a.author) for s, a in told]
+        tell(scope.store, scope.room, events)

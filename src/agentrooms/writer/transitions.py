@@ -242,9 +242,7 @@ def _apply_batch(
     writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
     told = settled_event(last.lock, last.q, [*batch.told_first, *batch.told])
     appends = [*batch.appends, told]
-    result["appends"] = len(appends)
-    # to tell this process's waiters (rooms.follow.tell) without a read of the log
-    result["outcomes"] = [[len(appends) - 1, told.type, told.data]]
+    result["appends"] = len(appends)  # the writer tells them (rooms.follow.tell)
     return Change(writes, appends, [last.lock.guard()], result)
 
 
