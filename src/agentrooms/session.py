@@ -13,9 +13,12 @@ A handle's session (``store.session``, made on first use) holds:
   wrote them at (:mod:`agentrooms.sourcing.aggregates`);
 * ``shared``: what every handle of the same :attr:`~agentrooms.store.base.Store.identity`
   shares (they reach the same data): the one follower of each room's log per event loop
-  (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters,
-  the last depth read of each writer queue, and the submissions to it being grouped into
-  one transact (:mod:`agentrooms.writer`).
+  (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters, and
+  the last depth read of each writer queue (:mod:`agentrooms.writer`).
+
+It also holds ``groups``: per writer queue and event loop, the submissions made through
+this handle in the current step of the loop, to be sent in one transact
+(:mod:`agentrooms.writer.groups`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ __all__ = ["Session", "Shared"]
 class Shared:
     """What the handles of one store identity share in this process."""
 
-    __slots__ = ("__weakref__", "depths", "entries", "followers", "groups")
+    __slots__ = ("__weakref__", "depths", "entries", "followers")
 
     def __init__(self) -> None:
         self.followers: dict[tuple[str, asyncio.AbstractEventLoop], Follower] = {}
@@ -49,9 +52,6 @@ class Shared:
         """(room, lock, waiter) -> the queue entry of a waiter of this process in line."""
         self.depths: dict[tuple[str, str], tuple[int, float]] = {}
         """(room, writer queue) -> its last depth read in this process, and when (monotonic)."""
-        self.groups: dict[tuple[str, str, asyncio.AbstractEventLoop], Any] = {}
-        """(room, writer queue, event loop) -> the submissions of this step of the loop,
-        to be sent in one transact (:mod:`agentrooms.writer.groups`)."""
 
 
 _shared: weakref.WeakValueDictionary[Hashable, Shared] = weakref.WeakValueDictionary()
@@ -62,7 +62,7 @@ alive while a session of that identity is."""
 class Session:
     """What this process knows about the data one store handle reaches (see the module)."""
 
-    __slots__ = ("_heads", "_locks", "_turns", "shared")
+    __slots__ = ("_heads", "_locks", "_turns", "groups", "shared")
 
     def __init__(self, store: Store) -> None:
         identity = store.identity
@@ -76,6 +76,7 @@ class Session:
         self._turns: dict[asyncio.AbstractEventLoop, Turns] = {}
         self._locks: ProcessKnowledge | None = None
         self._heads: dict[int, tuple[Aggregate[Any], OrderedDict[Any, Any]]] = {}
+        self.groups: dict[tuple[str, str, asyncio.AbstractEventLoop], Any] = {}
 
     def turns(self) -> Turns:
         """The running event loop's hot keys and turns."""

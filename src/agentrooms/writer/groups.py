@@ -1,6 +1,6 @@
 """Submissions grouped into one transact: the unnamed submissions to one queue that this
-process makes in one step of its event loop (through handles of one store) are sent as
-one transact, as a group commit.
+process makes in one step of its event loop through one store handle are sent as one
+transact, as a group commit.
 
 A submission's transact compares nothing of its own (only the room's existence and
 archive state, the same for every submission to the room) and never conflicts with
@@ -14,7 +14,11 @@ submission at a time, so that only the one at fault is refused.
 
 No submission waits for another: the group is sent at the next step of the event loop,
 after the submitters that were ready in the same step (typically the waiters one batch of
-outcomes woke) have joined it; groups are not serialized behind each other.
+outcomes woke) have joined it; groups are not serialized behind each other. A group is per
+handle: submitters spread over several handles keep the connections they were given
+(funnelled through one handle, the retries of conditional intents queued behind each
+other on its connections, missed the batch after their read, and the queue's round
+robin suffered), and a handle closed by its owner fails only its own submissions.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ _GroupKey = tuple[str, str, asyncio.AbstractEventLoop]
 async def send(scope: Scope, queue: str, member: _Member) -> None:
     """Send ``member`` (a submission to ``queue`` in ``scope``'s room) in this step's
     group; returns once its transact committed, raises what it raised."""
-    groups: dict[_GroupKey, _Group] = scope.store.session.shared.groups
+    groups: dict[_GroupKey, _Group] = scope.store.session.groups
     key = (scope.room, queue, asyncio.get_running_loop())
     group = groups.get(key)
     limits = scope.store.limits
