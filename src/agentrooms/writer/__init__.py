@@ -53,8 +53,9 @@ Rules:
   with its reason, and the queue moves on. A store outage is not counted against it.
 * **Submitting.** Without an ``intent_id``, ``submit`` is one append and the queued
   set's add, guarded by the room's existence and archive state; its generated id reads
-  as ``queued`` until settled. The unnamed submissions a process makes to one queue in
-  one step of its event loop share one transact (:mod:`agentrooms.writer.groups`).
+  as ``queued`` until settled. The unnamed submissions a process makes to one queue
+  through one handle in one step of its event loop share one transact
+  (:mod:`agentrooms.writer.groups`).
   With an ``intent_id``, the intent's record is written too (compared absent):
   idempotent by id.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
