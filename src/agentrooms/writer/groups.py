@@ -31,7 +31,7 @@ from agentrooms.rooms.follow import following, tell
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import Append, Event, Put, SetAdd
 
-__all__ = ["GROUP", "send"]
+__all__ = ["GROUP", "member", "send"]
 
 GROUP = 64  # submissions in one transact, at most
 
