@@ -15,6 +15,10 @@ A handle's session (``store.session``, made on first use) holds:
   shares (they reach the same data): the one follower of each room's log per event loop
   (:mod:`agentrooms.rooms.follow`), the queue entries of this process's lock waiters, and
   the last depth read of each writer queue (:mod:`agentrooms.writer`).
+
+It also holds ``groups``: per writer queue and event loop, the submissions made through
+this handle in the current step of the loop, to be sent in one transact
+(:mod:`agentrooms.writer.groups`).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ alive while a session of that identity is."""
 class Session:
     """What this process knows about the data one store handle reaches (see the module)."""
 
-    __slots__ = ("_heads", "_locks", "_turns", "shared")
+    __slots__ = ("_heads", "_locks", "_turns", "groups", "shared")
 
     def __init__(self, store: Store) -> None:
         identity = store.identity
@@ -72,6 +76,7 @@ class Session:
         self._turns: dict[asyncio.AbstractEventLoop, Turns] = {}
         self._locks: ProcessKnowledge | None = None
         self._heads: dict[int, tuple[Aggregate[Any], OrderedDict[Any, Any]]] = {}
+        self.groups: dict[tuple[str, str, asyncio.AbstractEventLoop], Any] = {}
 
     def turns(self) -> Turns:
         """The running event loop's hot keys and turns."""

@@ -51,6 +51,18 @@ async def chain_log(store: Store, room: Room) -> list[int]:
     return [e.data["i"] for e in log if e.type == "chain"]
 
 
+def settlements(log: list[Any]) -> list[dict[str, Any]]:
+    """Every outcome the ``wq.settled`` events of ``log`` tell, in their order, with the
+    writer and fence of its event."""
+    return [
+        {"id": i, "status": status, "seq": seq, "place": place, "reason": reason}
+        | {"by": e.data["by"], "fence": e.data["fence"]}
+        for e in log
+        if e.type == "wq.settled"
+        for i, status, seq, place, reason in e.data["outcomes"]
+    ]
+
+
 # ------------------------------------------------------------------------ in order
 
 
@@ -74,7 +86,7 @@ async def test_intents_apply_in_submission_order(store: Store, room: Room) -> No
     assert {o.status for o in outcomes} == {"applied"}
     log = await store.read_log(room.name, 0, 10_000)
     order = [e.data["id"] for e in log if e.type == "wq.submitted"]
-    applied = [e.data["id"] for e in log if e.type == "wq.applied"]
+    applied = [o["id"] for o in settlements(log) if o["status"] == "applied"]
     assert applied == order  # the writer followed the queue exactly
     items = [(e.data["s"], e.data["k"]) for e in log if e.type == "item"]
     for s in range(3):
@@ -141,6 +153,51 @@ async def test_intents_the_store_would_refuse_are_refused_at_submission(room: Ro
         with pytest.raises(BadRequest):
             await queue.submit(bad)
     assert await queue.depth() == 0
+
+
+async def test_submissions_made_in_one_step_go_in_one_transact(store: Store, room: Room) -> None:
+    """Ten submitters ready at once: one transact carries their ten submissions, in the
+    order they were made, and each is queued."""
+    counting = Interposed(store)
+    queue = IntentQueue(Rooms(counting).room(room.name))
+    await queue.submit(Intent([], [Put("warm", 0)]))  # the queue's marker, a depth read
+    before = counting.calls
+    ids = await asyncio.gather(*(queue.submit(Intent([], [Put(f"by/{i}", i)])) for i in range(10)))
+    assert counting.calls - before == 1
+    log = await store.read_log(room.name, 0, 1000)
+    assert [e.data["id"] for e in log if e.type == "wq.submitted"][1:] == ids
+    assert await queue.depth() == 11
+    lock = await room.locks.try_acquire("writer.main", "w1")
+    assert await writer(room).apply_pending(lock) == 11
+    assert {(await queue.outcome(i)).status for i in ids} == {"applied"}
+
+
+class RefusingPills(Interposed):
+    """Refuses, before writing anything, every transact that carries a ``pill`` key."""
+
+    async def _transact(self, room: str, ops: Any) -> Any:
+        if any('"pill"' in a.data_json for a in ops.appends):
+            self.calls += 1
+            raise BadRequest("refused by the store")
+        return await super()._transact(room, ops)
+
+
+async def test_a_submission_the_store_refuses_fails_alone_in_its_group(
+    store: Store, room: Room
+) -> None:
+    """The group is refused before anything is written: each submission is sent again
+    alone, so only the one at fault gets the error and the others are queued once."""
+    handle = RefusingPills(store)
+    queue = IntentQueue(Rooms(handle).room(room.name))
+    await queue.submit(Intent([], [Put("warm", 0)]))
+    intents = [Intent([], [Put("pill" if i == 2 else f"by/{i}", i)]) for i in range(5)]
+    done = await asyncio.gather(*(queue.submit(i) for i in intents), return_exceptions=True)
+    assert isinstance(done[2], BadRequest)
+    assert all(isinstance(d, str) for k, d in enumerate(done) if k != 2)
+    log = await store.read_log(room.name, 0, 1000)
+    queued = [e.data["id"] for e in log if e.type == "wq.submitted"][1:]
+    assert queued == [d for k, d in enumerate(done) if k != 2]
+    assert await queue.depth() == 5
 
 
 # ---------------------------------------------------------------------- backpressure
@@ -328,7 +385,7 @@ async def test_failover_applies_every_intent_once_in_order(
     assert seqs == sorted(seqs)
     assert survivor is not None and survivor.owner != victim
     log = await store.read_log(room.name, 0, 10_000)
-    applied = [e.data for e in log if e.type == "wq.applied"]
+    applied = [o for o in settlements(log) if o["status"] == "applied"]
     assert [d["id"] for d in applied] == ids
     by = [d["by"] for d in applied]  # the victim applied a prefix, the survivor the rest
     switch = by.index(survivor.owner)
@@ -336,6 +393,34 @@ async def test_failover_applies_every_intent_once_in_order(
         0 < switch < total and set(by[:switch]) == {victim} and set(by[switch:]) == {survivor.owner}
     )
     assert applied[switch]["fence"] > applied[switch - 1]["fence"]
+
+
+@pytest.mark.slow
+async def test_waiters_learn_a_batch_settled_in_another_process_from_its_one_event(
+    backend: Backend, store: Store, room: Room
+) -> None:
+    """Sixteen submitters of this process wait; a writer in another process (on
+    memory://, a task on a handle of its own: nothing told to this process) settles
+    their intents in one batch, with one ``wq.settled`` event: read from the log, it
+    wakes every waiter with its own outcome."""
+    queue = IntentQueue(room)
+    bump = QueuedIntent([], increments=[Increment("counter", 1, "n")])
+    waiting = [asyncio.create_task(queue.submit_and_wait(bump, timeout=60)) for _ in range(16)]
+    while await queue.depth() < 16:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    writers = Writers(backend, store, room, lock_ttl=5.0)
+    try:
+        writers.start("wa")
+        outcomes = await asyncio.wait_for(asyncio.gather(*waiting), 60)
+    finally:
+        await writers.close()
+    assert [o.status for o in outcomes] == ["applied"] * 16
+    log = await store.read_log(room.name, 0, 10_000)
+    (event,) = [e for e in log if e.type == "wq.settled"]
+    assert event.data["by"] == "wa" and len(event.data["outcomes"]) == 16
+    told = {o["id"]: (o["seq"], o["place"]) for o in settlements(log)}
+    assert {o.id: (o.seq, o.place) for o in outcomes} == told
+    assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 16}
 
 
 # --------------------------------------------------------------------------- batches
@@ -346,11 +431,11 @@ def commits(w: Writer) -> float:
 
 
 def outcome_events(log: list[Any]) -> dict[str, list[str]]:
-    """Per intent id, the outcome events the writer appended for it."""
+    """Per intent id, the outcomes the writer's events told for it."""
     found: dict[str, list[str]] = {}
-    for e in log:
-        if e.type in ("wq.applied", "wq.rejected", "wq.dead"):
-            found.setdefault(e.data["id"], []).append(e.type)
+    for o in settlements(log):
+        if o["status"] in ("applied", "rejected", "dead"):
+            found.setdefault(o["id"], []).append(o["status"])
     return found
 
 
@@ -375,8 +460,8 @@ async def test_a_batch_evaluates_each_intent_on_the_state_the_earlier_ones_left(
     assert (await store.read(room.name, ["counter"])).value("counter") == {"n": 10}
     log = await store.read_log(room.name, 0, 10_000)
     assert outcome_events(log) == {
-        **{i: ["wq.applied"] for i in ids},
-        stale: ["wq.rejected"],
+        **{i: ["applied"] for i in ids},
+        stale: ["rejected"],
     }  # every outcome recorded once
     assert await queue.depth() == 0 and await queue.position() == max(
         e.seq for e in log if e.type == "wq.submitted"
@@ -472,7 +557,7 @@ async def test_dead_letters_in_a_batch(store: Store, room: Room) -> None:
     assert await chain_log(store, room) == list(range(6))
     log = await store.read_log(room.name, 0, 10_000)
     assert [e.data["failures"] for e in log if e.type == "wq.failed"] == [1, 2]
-    assert outcome_events(log)["poison"] == ["wq.dead"]
+    assert outcome_events(log)["poison"] == ["dead"]
     # before: one write; poison: two failures counted and one burial; after: one write
     assert commits(w) == 1 + 2 + 1 + 1
 
@@ -499,7 +584,7 @@ async def test_a_stale_writers_batch_is_fenced_out(store: Store, room: Room) -> 
     assert await fresh.apply_pending(taken[0]) == 6 and commits(fresh) == 1
     assert await chain_log(store, room) == list(range(6))
     log = await store.read_log(room.name, 0, 10_000)
-    assert {e.data["by"] for e in log if e.type == "wq.applied"} == {"new"}
+    assert {o["by"] for o in settlements(log) if o["status"] == "applied"} == {"new"}
 
 
 # ------------------------------------------------------------------------ increments

@@ -230,6 +230,37 @@ async def test_a_batch_of_told_events_is_not_read_back(store: Faulty) -> None:
         assert [e.type for e in events] == ["theirs"] and store.log_reads >= 1
 
 
+async def test_where_reads_return_events_a_process_that_told_them_all_only_watches() -> None:
+    """Where following is one read returning the events (Redis), a follower whose last
+    read found only events this process had told watches the newest seq instead: the
+    events it is told next are not read back; one not told (another process appended
+    it) is read, and the follower reads again from then on."""
+    store = Native(await open_store("memory://"))
+    async with follow(store, "r", lambda e: True) as sub:
+        follower = follower_of(store)
+        assert not follower._telling
+        done = await store.transact("r", appends=[Append("first", None)])
+        tell(store, "r", [Event(done.seqs[0], "first", None, done.now)])
+        while follower._position != done.seqs[0]:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        assert follower._telling
+        reads = store.log_reads
+        for name in ("two", "three"):
+            done = await store.transact("r", appends=[Append(name, None)])
+            tell(store, "r", [Event(done.seqs[0], name, None, done.now)])
+        while follower._position != done.seqs[0]:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        assert store.log_reads == reads and not follower._told
+        assert [e.type for e in sub.take()[0]] == ["first", "two", "three"]
+        await append(store, "theirs")
+        events: list[Event] = []
+        while not events:
+            assert await sub.wait(5)
+            events = sub.take()[0]
+        assert [e.type for e in events] == ["theirs"]
+        assert store.log_reads > reads and not follower._telling
+
+
 def follower_of(store: Store) -> follow_module.Follower:
     (follower,) = store.session.shared.followers.values()
     return follower

@@ -22,7 +22,8 @@ from agentrooms.store.types import (
     SetRemove,
     Snapshot,
 )
-from agentrooms.writer import decode_intent, encode_intent
+from agentrooms.writer import IntentQueue, decode_intent, encode_intent
+from agentrooms.writer import queue as queue_module
 from agentrooms.writer.model import QueueKeys
 from agentrooms.writer.transitions import _apply_batch, _apply_intent, _Limit, _Step
 from agentrooms.writer.worker import _Throughput
@@ -92,7 +93,8 @@ def test_apply_writes_the_intent_its_outcome_and_the_cursor_in_one_change() -> N
     assert puts[Q.item("i1")]["status"] == "applied" and puts[Q.item("i1")]["seq"] == 9
     assert SetRemove(Q.queued, "i1") in change.writes
     assert list(change.requires) == [FenceAtMost("lockfence/writer.main", 4)]
-    assert [a.type for a in change.appends] == ["x", "wq.applied"]
+    assert [a.type for a in change.appends] == ["x", "wq.settled"]
+    assert change.appends[-1].data["outcomes"] == [["i1", "applied", 9, 9, None]]
     assert change.appends[-1].data["by"] == "w1" and change.result == {
         "status": "applied",
         "at": 50.0,
@@ -105,8 +107,8 @@ def test_a_failed_predicate_is_rejected_without_the_intent_writes() -> None:
         view({"counter": {"n": 0}, Q.item("i1"): queued(intent)}), None, step=step(), stats={}
     )
     assert "counter" not in {w.key for w in change.writes if isinstance(w, Put)}
-    assert [a.type for a in change.appends] == ["wq.rejected"]
-    assert change.appends[0].data["reason"] == ["counter.n == 5"]
+    assert [a.type for a in change.appends] == ["wq.settled"]
+    assert change.appends[0].data["outcomes"] == [["i1", "rejected", 9, 9, ["counter.n == 5"]]]
 
 
 def test_a_consumed_submission_changes_nothing() -> None:
@@ -127,7 +129,7 @@ def test_throughput_is_intents_per_second() -> None:
 
 def test_a_batch_announces_its_rejections_before_its_applied_outcomes() -> None:
     """Three intents from one read of ``counter``: the first applies; the two others are
-    rejected, and their outcomes come first in the batch's appends, so their
+    rejected, and their outcomes come first in the batch's settling event, so their
     submitters hear first and head the next batch."""
     ids = ["i1", "i2", "i3"]
     intent = Intent([Where("counter", "n", "==", 0)], [Put("counter", {"n": 1})], [Append("x")])
@@ -141,9 +143,9 @@ def test_a_batch_announces_its_rejections_before_its_applied_outcomes() -> None:
     view = View(snap, [Q.cursor, "counter", *(Q.item(i) for i in ids)])
     limit = _Limit(10, 5000, 1 << 20)
     change = _apply_batch(view, None, steps=steps, limit=limit, stats=lambda n: {"rate": n})
-    told = [(a.type, a.data["id"]) for a in change.appends if a.type.startswith("wq.")]
-    assert told == [("wq.rejected", "i2"), ("wq.rejected", "i3"), ("wq.applied", "i1")]
-    assert [a.type for a in change.appends] == ["wq.rejected", "wq.rejected", "x", "wq.applied"]
+    assert [a.type for a in change.appends] == ["x", "wq.settled"]  # one event per batch
+    told = [(status, i) for i, status, *_ in change.appends[-1].data["outcomes"]]
+    assert told == [("rejected", "i2"), ("rejected", "i3"), ("applied", "i1")]
     puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
     assert puts["counter"] == {"n": 1} and puts[Q.cursor]["seq"] == 9
     assert puts[Q.cursor]["rate"] == 3
@@ -174,11 +176,11 @@ def test_a_batch_evaluates_retries_at_their_original_place() -> None:
     change = _apply_batch(
         view, None, steps=steps, limit=_Limit(10, 5000, 1 << 20), stats=lambda n: {}
     )
-    told = {a.data["id"]: (a.type, a.data["place"]) for a in change.appends if a.data}
+    told = {i: (status, place) for i, status, _, place, _ in change.appends[-1].data["outcomes"]}
     assert told == {
-        "i9": ("wq.applied", 3),
-        "i7": ("wq.rejected", 7),
-        "i8": ("wq.rejected", 8),
+        "i9": ("applied", 3),
+        "i7": ("rejected", 7),
+        "i8": ("rejected", 8),
     }
     puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
     assert puts[Q.cursor]["seq"] == 9 and change.result["taken"] == 3
@@ -202,9 +204,17 @@ def test_a_reordered_batch_that_does_not_fit_is_the_prefix_in_log_order() -> Non
         carried(9, "i9", Intent([], [Put("c", 1)]), place=1),
     ]
     view = View(Snapshot({}, 50.0), [Q.cursor, "counter"])
-    limit = _Limit(3, 14, 1 << 20)  # the ops of two of them
+    limit = _Limit(3, 13, 1 << 20)  # the ops of two of them
     change = _apply_batch(view, None, steps=steps, limit=limit, stats=lambda n: {})
     assert change.result["taken"] == 2
     assert [s["id"] for s in change.result["settled"]] == ["i7", "i8"]
     puts = {w.key: w.value for w in change.writes if isinstance(w, Put)}
     assert puts[Q.cursor]["seq"] == 8 and "c" not in puts
+
+
+def test_generated_ids_are_unique_and_a_new_prefix_is_drawn_for_a_forked_child() -> None:
+    ids = [IntentQueue._named(None)[0] for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(i.startswith("q-") for i in ids)
+    queue_module._new_prefix()  # what a forked child runs first (os.register_at_fork)
+    fresh = IntentQueue._named(None)[0]
+    assert fresh.startswith("q-") and fresh.rsplit("-", 1)[0] != ids[0].rsplit("-", 1)[0]

@@ -36,7 +36,9 @@ subscription's handle, in case the first was closed.
 A subscription either has a ``match`` (every event is offered to it) or names *routes*:
 keys that :func:`route` functions, registered per event type, compute from an event.
 The follower hands an event to the subscriptions of its key with one dict lookup, so 48
-waiters of one lock cost one lookup per handoff, where 48 ``match`` calls would run.
+waiters of one lock cost one lookup per handoff, where 48 ``match`` calls would run. An
+event that concerns many waiters (one that settles a batch of intents) has many keys
+(:func:`route_many`): one lookup per key.
 
 When the follower cannot tell what it missed (the log was trimmed past its position, or
 the store failed), every subscription is told to *resync*: re-read the state it waits on
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from agentrooms.errors import CursorCompacted
@@ -57,9 +59,11 @@ from agentrooms.store.types import Event
 IDLE_WATCH = 5.0  # seconds one watch() waits before the follower looks again
 PAGE = 1000  # events per read_log while catching up
 FAILURE_PAUSE = 0.1  # seconds between tries after the store failed
+TOLD_STEPS = 3  # steps of the event loop the follower waits for this process's tell()
 
 
 _routes: dict[str, Callable[[Event], Hashable]] = {}
+_many: dict[str, Callable[[Event], Iterable[Hashable]]] = {}
 
 
 def route(event_type: str, key: Callable[[Event], Hashable]) -> None:
@@ -68,6 +72,13 @@ def route(event_type: str, key: Callable[[Event], Hashable]) -> None:
     raise, and should return ``None`` for an event it cannot route (any data can be
     appended under any type)."""
     _routes[event_type] = key
+
+
+def route_many(event_type: str, keys: Callable[[Event], Iterable[Hashable]]) -> None:
+    """Route events of ``event_type`` by every key of ``keys(event)``, in its order: to
+    the subscriptions of each (a subscription is handed the event once per key of its
+    own in it). ``keys`` must not raise; an event it cannot route has none."""
+    _many[event_type] = keys
 
 
 @dataclass(eq=False)
@@ -119,6 +130,7 @@ class Follower:
         self._routed: dict[Hashable, set[Subscription]] = {}  # route -> its subscriptions
         self._position: int | None = None
         self._told: set[int] = set()  # seqs handed out by tell(), not yet read back
+        self._telling = False  # the last events found were all told already
         self._started: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -189,12 +201,21 @@ class Follower:
     async def _step(self) -> None:
         position = self._position
         assert position is not None
-        if self.store.follow_returns_events:
+        # A store whose blocking read returns the events is read that way, unless the
+        # last events were all told by this process: then the newest seq alone (watch)
+        # may show that there is nothing to read.
+        if self.store.follow_returns_events and not self._telling:
             events = await self.store.follow_log(self.room, position, IDLE_WATCH, PAGE)
+            if events:
+                self._telling = await self._told_soon(events[0].seq, events[-1].seq)
         else:
             seq = await self.store.watch(self.room, position, IDLE_WATCH)
-            if seq <= position or self._all_told(position, seq):
+            if seq <= position:
                 return
+            if await self._told_soon(position + 1, seq):
+                self._all_told(position, seq)
+                return
+            self._telling = False
             events = await self.store.read_log(self.room, position, PAGE)
         if not events:
             return
@@ -215,9 +236,26 @@ class Follower:
         if key is not None:
             for subscription in self._routed.get(key(event), ()):
                 subscription._deliver(event)
+        keys = _many.get(event.type)
+        if keys is not None:
+            routed = self._routed
+            for k in keys(event):
+                for subscription in routed.get(k, ()):
+                    subscription._deliver(event)
         for subscription, match in self._matching.items():
             if match(event):
                 subscription._deliver(event)
+
+    async def _told_soon(self, first: int, last: int) -> bool:
+        """Whether the events ``first`` to ``last`` were all told, giving this process's
+        own writes a few steps of the event loop to tell theirs (the store may wake the
+        follower before the writer has its write's result)."""
+        told = self._told
+        for _ in range(TOLD_STEPS):
+            if all(s in told for s in range(first, last + 1)):
+                return True
+            await asyncio.sleep(0)
+        return all(s in told for s in range(first, last + 1))
 
     def _all_told(self, position: int, seq: int) -> bool:
         """If every event after ``position`` up to ``seq`` was told (this process

@@ -227,6 +227,8 @@ def prepare_transact(
 def _recipients(a: Append, limits: Limits) -> str | None:
     """The stored form of an append's addressees, each a name, none twice, at most
     ``limits.max_recipients`` in all."""
+    if a.to == () and a.to_roles == ():  # the defaults: addressed to nobody
+        return None
     lists: list[list[str]] = []
     for given, what in ((a.to, "addressee"), (a.to_roles, "addressed role")):
         if isinstance(given, str) or not isinstance(given, Sequence):

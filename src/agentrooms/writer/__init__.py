@@ -8,6 +8,9 @@ Layout of queue ``<q>`` in the room (default ``main``)::
                                           append that never conflicts with another; it
                                           carries the intent, so the writer reads no
                                           record to apply it
+    event wq.settled {queue, by, fence,   one per batch: its outcomes, each
+      outcomes: [[id, status, seq,        [id, applied|rejected|dead|skipped, seq,
+                  place, reason], ...]}   place, reason], the rejected first
     wq/<q>/i/<id>      the outcome once settled: applied | rejected (a predicate did not
                        hold) | dead (poison); for an id the submitter named, also the
                        intent as submitted (status queued) from the submission on
@@ -50,8 +53,11 @@ Rules:
   with its reason, and the queue moves on. A store outage is not counted against it.
 * **Submitting.** Without an ``intent_id``, ``submit`` is one append and the queued
   set's add, guarded by the room's existence and archive state; its generated id reads
-  as ``queued`` until settled. With an ``intent_id``, the intent's
-  record is written too (compared absent): idempotent by id.
+  as ``queued`` until settled. The unnamed submissions a process makes to one queue
+  through one handle in one step of its event loop share one transact
+  (:mod:`agentrooms.writer.groups`).
+  With an ``intent_id``, the intent's record is written too (compared absent):
+  idempotent by id.
 * **Backpressure.** ``submit`` on a queue holding ``max_depth`` intents raises
   ``RateLimited`` with ``retry_after`` = the excess / the writer's recent throughput.
   The depth is read before the append, except while the process's last reading (shared
@@ -59,10 +65,12 @@ Rules:
   under half the limit and less than ``DEPTH_EVERY`` (0.1 s) old. So the limit can be
   overshot: by one submission per concurrent submitter, and by what each
   ``IntentQueue`` submits on a recent reading (less than half the limit).
-* **Observable.** Every outcome is a ``wq.<applied|rejected|dead|skipped>`` event naming
-  the writer and its fence (a batch appends its rejections before its applied outcomes,
-  so the submitters who must retry hear first); ``wq.failed`` counts each exception of
-  a poison intent.
+* **Observable.** Every batch appends one ``wq.settled`` event, after the applied
+  intents' own appends: its outcomes, each ``[id, status, seq, place, reason]`` (status
+  ``applied``, ``rejected``, ``dead`` or ``skipped`` for a submission settled already),
+  the rejections first (so the submitters who must retry hear first), and the writer and
+  its fence. Waiters anywhere learn their outcome from it (the process's follower routes
+  it to each by intent id). ``wq.failed`` counts each exception of a poison intent.
 * **Retention.** Settled intents are kept ``retention`` seconds (a re-submitted id is
   recognised meanwhile). Never trim the room log past :meth:`IntentQueue.position`.
 """

@@ -20,6 +20,8 @@ __all__ = [
     "QUEUED",
     "REJECTED",
     "RESERVED",
+    "SETTLED",
+    "SKIPPED",
     "SUBMITTED",
     "DeadLetter",
     "Increment",
@@ -31,7 +33,9 @@ __all__ = [
 ]
 
 QUEUED, APPLIED, REJECTED, DEAD = "queued", "applied", "rejected", "dead"
+SKIPPED = "skipped"  # a submission settled already, or without an intent (never waited on)
 SUBMITTED = "wq.submitted"
+SETTLED = "wq.settled"  # one per batch: its outcomes
 RESERVED = (
     "wq/",
     "wq:",

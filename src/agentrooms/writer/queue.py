@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 import uuid
 
@@ -14,7 +16,7 @@ from agentrooms.errors import (
     VersionConflict,
 )
 from agentrooms.rooms import keys as room_keys
-from agentrooms.rooms.follow import Subscription, follow, route
+from agentrooms.rooms.follow import Subscription, follow, route_many
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
 from agentrooms.store.types import (
@@ -27,12 +29,14 @@ from agentrooms.store.types import (
     SetAdd,
 )
 from agentrooms.store.validation import prepare_transact
+from agentrooms.writer import groups
 from agentrooms.writer.model import (
     APPLIED,
     DEAD,
     DEFAULT_RETRY_AFTER,
     QUEUED,
     REJECTED,
+    SETTLED,
     STALE_RATE,
     SUBMITTED,
     DeadLetter,
@@ -57,34 +61,57 @@ DEPTH_EVERY = 0.1  # seconds a depth reading under half the limit is trusted
 GENERATED = "q-"  # the prefix of the ids submit generates
 
 
-SETTLING = tuple(f"wq.{kind}" for kind in (APPLIED, REJECTED, DEAD))
+def _new_prefix() -> None:
+    """A generated id is this process's random prefix (96 bits, drawn again in a forked
+    child) and a counter: unique without a random draw per id."""
+    global _prefix, _counter
+    _prefix, _counter = f"{GENERATED}{uuid.uuid4().hex[:24]}-", itertools.count()
 
 
-def _settles(event: Event) -> tuple[str, str, str] | None:
-    """The route of a settling event: its queue and intent id."""
+_prefix, _counter = "", itertools.count()
+_new_prefix()
+os.register_at_fork(after_in_child=_new_prefix)
+
+
+SETTLING = (APPLIED, REJECTED, DEAD)  # the statuses a waiter is told
+
+
+def _outcomes(event: Event) -> dict[str, IntentOutcome]:
+    """The outcomes a ``wq.settled`` event tells, by intent id (the writer wrote the same
+    on each intent's record); remembered for the last event, since every waiter of its
+    batch asks in turn."""
+    global _last
+    last = _last  # one read: another thread's event loop may replace it
+    if last[0] is event:
+        return last[1]
+    found: dict[str, IntentOutcome] = {}
     data = event.data
-    if not isinstance(data, dict):
-        return None
-    queue, intent_id = data.get("queue"), data.get("id")
-    if isinstance(queue, str) and isinstance(intent_id, str):
-        return ("wq", queue, intent_id)
-    return None
+    entries = data.get("outcomes") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, list) or len(entry) != 5:
+            continue
+        intent_id, status, seq, place, reason = entry
+        if isinstance(intent_id, str) and status in SETTLING:
+            seq = seq if isinstance(seq, int) else None
+            place = place if isinstance(place, int) else seq
+            found[intent_id] = IntentOutcome(intent_id, status, reason, seq, place)
+    _last = (event, found)
+    return found
 
 
-for _kind in SETTLING:
-    route(_kind, _settles)
+_last: tuple[Event | None, dict[str, IntentOutcome]] = (None, {})
 
 
-def _told(intent_id: str, event: Event) -> IntentOutcome:
-    """The outcome a settling event tells (the writer wrote the same on the intent)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    seq = data.get("seq")
-    seq = seq if isinstance(seq, int) else None
-    place = data.get("place", seq)
-    status = event.type.removeprefix("wq.")
-    return IntentOutcome(
-        intent_id, status, data.get("reason"), seq, place if isinstance(place, int) else seq
-    )
+def _settles(event: Event) -> list[tuple[str, str, str]]:
+    """The routes of a ``wq.settled`` event: its queue and each intent id it settles,
+    in the event's order (the rejected first)."""
+    queue = event.data.get("queue") if isinstance(event.data, dict) else None
+    if not isinstance(queue, str):
+        return []
+    return [("wq", queue, intent_id) for intent_id in _outcomes(event)]
+
+
+route_many(SETTLED, _settles)
 
 
 class IntentQueue:
@@ -152,7 +179,7 @@ class IntentQueue:
     def _named(intent_id: str | None) -> tuple[str, bool]:
         """The id to submit under, and whether the caller named it."""
         if intent_id is None:
-            return GENERATED + uuid.uuid4().hex, False
+            return f"{_prefix}{next(_counter):x}", False
         return room_keys.check_name(intent_id, "intent id"), True
 
     async def _submit(
@@ -186,11 +213,10 @@ class IntentQueue:
             data["place"] = retry_of.place
         await self._check_depth()
         submitted = Append(SUBMITTED, data, author)
-        if not named:
-            queue: list[Put | SetAdd] = [SetAdd(self.keys.queued, intent_id)]
-            if not self._marked:  # the first: the queue is marked in the room
-                queue.append(Put(self.keys.marker, {"queue": self.keys.name}))
-            await self.scope.transact((), queue, [submitted])
+        if not named:  # the first one marks the queue in the room
+            marker = None if self._marked else Put(self.keys.marker, {"queue": self.keys.name})
+            one = groups.member(SetAdd(self.keys.queued, intent_id), submitted, marker)
+            await groups.send(self.scope, self.keys.name, one)
             self._marked = True
             self._since += 1
             return True
@@ -263,7 +289,7 @@ class IntentQueue:
         return _outcome(intent_id, item)
 
     async def wait(self, intent_id: str, timeout: float = 30.0) -> IntentOutcome:
-        """The intent's outcome once it is settled, read from the ``wq.<outcome>`` event
+        """The intent's outcome once it is settled, read from the ``wq.settled`` event
         that settles it (routed to this waiter by the process's one follower of the
         room's log, so many submitters waiting cost one log read per batch of events,
         not one read each); ``TimeoutError`` if it is still queued after ``timeout``
@@ -284,8 +310,8 @@ class IntentQueue:
             if not await woken.wait(min(remaining, 3600.0)):
                 continue
             events, resync = woken.take()
-            told = [_told(outcome.id, e) for e in events]
-            outcome = next((o for o in told if o.settled), outcome)
+            told = [_outcomes(e).get(outcome.id) for e in events]
+            outcome = next((o for o in told if o is not None), outcome)
             if resync and not outcome.settled:
                 outcome = await self.outcome(outcome.id)
         return outcome

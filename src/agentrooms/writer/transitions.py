@@ -29,6 +29,8 @@ from agentrooms.writer.model import (
     DEAD,
     QUEUED,
     REJECTED,
+    SETTLED,
+    SKIPPED,
     Increment,
     QueueKeys,
     decode_intent,
@@ -83,20 +85,23 @@ class _Step:
         *,
         appends: Sequence[Append] = (),
         stats: dict[str, Any] | None = None,
-        **data: JSON,
+        reason: JSON = None,
     ) -> Change:
-        """``writes`` plus the cursor's advance, under the lock's fence, with a
-        ``wq.<kind>`` event naming the writer and its fence."""
+        """``writes`` plus the cursor's advance, under the lock's fence, with the
+        ``wq.settled`` event of this one outcome (``kind``, ``reason``)."""
         cursor = view.get(self.q.cursor) or {"seq": 0}
         moved = {**cursor, **(stats or {}), "seq": self.event.seq, "at": view.now}
-        head = {"queue": self.q.name, "id": self.id, "seq": self.event.seq, "place": self.place}
-        by = {"by": self.lock.owner, "fence": self.lock.fence}
+        told = settled_event(self.lock, self.q, [self.outcome(kind, reason)])
         return Change(
             writes=[*writes, Put(self.q.cursor, moved)],
-            appends=[*appends, Append(f"wq.{kind}", {**head, **data, **by}, self.lock.owner)],
+            appends=[*appends, told],
             requires=[self.lock.guard()],
             result={"status": kind, "at": view.now},
         )
+
+    def outcome(self, status: str, reason: JSON = None) -> list[JSON]:
+        """Its entry in a ``wq.settled`` event."""
+        return [self.id, status, self.event.seq, self.place, reason]
 
     def consumed(self, view: View) -> bool:
         return int((view.get(self.q.cursor) or {"seq": 0})["seq"]) >= self.event.seq
@@ -117,6 +122,14 @@ class _Step:
             Put(self.item, {**settled, "at": now}, ttl=self.retention),
             SetRemove(self.q.queued, self.id),
         ]
+
+
+def settled_event(lock: Lock, q: QueueKeys, outcomes: list[list[JSON]]) -> Append:
+    """The one event settling a batch: its outcomes, ``[id, status, seq, place, reason]``
+    each, the rejected and skipped ones first, then the applied ones, each part in the
+    batch's order; and the writer that settled them, with its fence."""
+    data = {"queue": q.name, "by": lock.owner, "fence": lock.fence, "outcomes": outcomes}
+    return Append(SETTLED, data, lock.owner)
 
 
 class Poison(Exception):
@@ -162,8 +175,9 @@ class _Batch:
 
     state: _Running
     sets: dict[tuple[str, str], Write]
-    appends: list[Append]  # the applied intents' appends and outcomes, in queue order
-    told_first: list[Append]  # the outcomes of the rejected (and skipped) intents
+    appends: list[Append]  # the applied intents' own appends, in order
+    told_first: list[list[JSON]]  # the outcomes of the rejected (and skipped) intents
+    told: list[list[JSON]]  # the outcomes of the applied intents
     settled: list[dict[str, Any]]
     ops: int
     size: int
@@ -175,8 +189,7 @@ class _Batch:
     def fits(self, writes: int, appends: int, size: int, limit: _Limit) -> bool:
         first = not self.settled and self.last is None
         written = len(self.state.writes) + len(self.sets) + 1  # + the cursor
-        told = len(self.appends) + len(self.told_first)
-        total = self.ops + written + told + writes + appends
+        total = self.ops + written + len(self.appends) + 1 + writes + appends  # + wq.settled
         return first or (total <= limit.ops and self.size + size <= limit.size)
 
     def write(self, w: Write) -> None:
@@ -227,11 +240,9 @@ def _apply_batch(
     cursor = view.get(last.q.cursor) or {"seq": 0}
     moved = {**cursor, **stats(len(batch.settled)), "seq": last.event.seq, "at": view.now}
     writes = [*batch.state.writes.values(), *batch.sets.values(), Put(last.q.cursor, moved)]
-    appends = [*batch.told_first, *batch.appends]
-    result["appends"] = len(appends)
-    result["outcomes"] = [
-        [i, a.type, a.data] for i, a in enumerate(appends) if a.type.startswith("wq.")
-    ]  # to tell this process's waiters (rooms.follow.tell) without a read of the log
+    told = settled_event(last.lock, last.q, [*batch.told_first, *batch.told])
+    appends = [*batch.appends, told]
+    result["appends"] = len(appends)  # the writer tells them (rooms.follow.tell)
     return Change(writes, appends, [last.lock.guard()], result)
 
 
@@ -245,7 +256,7 @@ def _prefix(view: View, steps: Sequence[_Step], limit: _Limit) -> _Batch:
 def _settled(view: View, steps: Sequence[_Step], limit: _Limit, *, whole: bool) -> _Batch | None:
     """The batch of ``steps`` in the given order. ``whole``: all of them or ``None``;
     otherwise the longest prefix that fits (``Poison`` if the first cannot be applied)."""
-    batch = _Batch(_Running(view), {}, [], [], [], ops=len(view._keys) + 1, size=0)
+    batch = _Batch(_Running(view), {}, [], [], [], [], ops=len(view._keys) + 1, size=0)
     for step in steps:
         if step.consumed(view):
             batch.taken += 1  # another writer settled it already
@@ -282,12 +293,10 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
     """Add ``step``'s outcome to ``batch``; ``False`` (nothing added) if it does not fit."""
     state = batch.state
     item = step.queued_item(state)
-    head = {"queue": step.q.name, "id": step.id, "seq": step.event.seq, "place": step.place}
-    by = {"by": step.lock.owner, "fence": step.lock.fence}
     if not isinstance(item, dict) or item.get("status") != QUEUED:  # duplicate or stray
-        if not batch.fits(0, 1, 0, limit):
+        if not batch.fits(0, 0, 0, limit):
             return False
-        batch.told_first.append(Append("wq.skipped", {**head, **by}, step.lock.owner))
+        batch.told_first.append(step.outcome(SKIPPED))
         batch.last = step
         return True
     intent = decode_intent(item["intent"])
@@ -301,16 +310,15 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
     if not isinstance(size, int):
         size = len(json.dumps(item["intent"], separators=(",", ":")))
     settle = step.settle(state.now, item, status, failed)
-    if not batch.fits(len(writes) + len(settle), len(appends) + 1, size, limit):
+    if not batch.fits(len(writes) + len(settle), len(appends), size, limit):
         return False
     for w in [*writes, *settle]:
         batch.write(w)
-    event = {**head, "reason": failed, **by}
-    outcome = Append(f"wq.{status}", event, step.lock.owner)
     if failed:
-        batch.told_first.append(outcome)
+        batch.told_first.append(step.outcome(status, failed))
     else:
-        batch.appends += [*appends, outcome]
+        batch.appends += appends
+        batch.told.append(step.outcome(status))
     batch.settled.append({"id": step.id, "status": status, "time": step.event.time})
     batch.size += size
     batch.last = step
@@ -320,27 +328,32 @@ def _settle_one(batch: _Batch, step: _Step, limit: _Limit) -> bool:
 def _effects(state: _Running, intent: Intent) -> tuple[list[Write], list[str] | None]:
     """The intent's writes then its increments, as writes of the running state, or
     (``[]``, why) when an increment meets a value that is not a number."""
-    before = dict(state.writes)
+    running = state.writes
+    before: dict[str, Put | Delete | None] = {}  # what the batch held for the keys touched
     writes: list[Write] = list(intent.writes)
     failed: list[str] | None = None
     for w in intent.writes:
         if not isinstance(w, SetAdd | SetRemove):
-            state.writes.pop(w.key, None)
-            state.writes[w.key] = w
+            before.setdefault(w.key, running.get(w.key))
+            running[w.key] = w
     try:
         for inc in increments_of(intent):
             put = Put(inc.key, _incremented(state.get(inc.key), inc), state.ttl(inc.key))
-            state.writes[inc.key] = put
+            before.setdefault(inc.key, running.get(inc.key))
+            running[inc.key] = put
             writes.append(put)
     except _NotANumber as exc:
         writes, failed = [], [str(exc)]
-    state.writes.clear()
-    state.writes.update(before)  # the batch adds them once the intent fits
+    for key, held in before.items():  # as it was: the batch adds them once the intent fits
+        if held is None:
+            del running[key]
+        else:
+            running[key] = held
     merged: dict[Any, Write] = {}
     for w in writes:
-        key = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
-        merged.pop(key, None)
-        merged[key] = w
+        target = (w.name, w.member) if isinstance(w, SetAdd | SetRemove) else w.key
+        merged.pop(target, None)
+        merged[target] = w
     return list(merged.values()), failed
 
 

@@ -277,15 +277,17 @@ class Writer:
         except BaseException:
             self._known.clear()
             raise
-        self._remember(*seen[-1], committed.versions)
+        view, change = seen[-1]
+        self._remember(view, change, committed.versions)
         done = committed.result
-        elapsed = time.monotonic() - started
-        if done.get("appends") == len(committed.seqs):
-            told = [
-                Event(committed.seqs[i], kind, data, done["at"], self.owner)
-                for i, kind, data in done["outcomes"]
+        appends = list(change.appends)
+        if done.get("appends") == len(appends) == len(committed.seqs):
+            told = [  # the batch's events, to this process's waiters without a read
+                Event(seq, a.type, a.data, done["at"], a.author, tuple(a.to), tuple(a.to_roles))
+                for seq, a in zip(committed.seqs, appends, strict=True)
             ]
             tell(self.scope.store, self.scope.room, told)
+        elapsed = time.monotonic() - started
         if done["settled"]:
             self._rate.tick(started, len(done["settled"]))
         for outcome in done["settled"]:
