@@ -704,6 +704,35 @@ async def test_a_cancelled_call_is_cancelled_on_the_server(
     assert (await pg.transact("r", [VersionIs("k", v)], [Put("k", "after")])).versions["k"] > v
 
 
+@pytest.mark.parametrize("guarded", [True, False], ids=["compare-and-set", "transact"])
+async def test_a_call_past_the_timeout_is_cancelled_on_the_server(
+    postgres_url: str, conn: asyncpg.Connection, schema: str, guarded: bool
+) -> None:
+    """A statement waiting for a lock past the URL's timeout: the call raises
+    ``StoreUnavailable`` after about the timeout, the statement is cancelled on the
+    server rather than left to commit later, and the store keeps working."""
+    store = await open_store(f"{_url(postgres_url, schema)}&timeout=0.3")
+    try:
+        v = (await store.transact("r", writes=[Put("k", "before")])).versions["k"]
+        compares = [VersionIs("k", v)] if guarded else []
+        holder = conn.transaction()
+        await holder.start()
+        await conn.execute(
+            f"SELECT 1 FROM {quote_ident(schema)}.records WHERE room = 'r' AND key = 'k' FOR UPDATE"
+        )
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            await store.transact("r", compares, [Put("k", "late")])
+        assert 0.25 < time.monotonic() - t0 < 2
+        await _wait_until_no_lock_waits(conn)
+        await holder.rollback()
+        assert (await store.read("r", ["k"])).value("k") == "before"
+        after = await store.transact("r", [VersionIs("k", v)], [Put("k", "after")])
+        assert after.versions["k"] > v
+    finally:
+        await store.close()
+
+
 # ------------------------------------------------------------------ v2: sets and picks
 
 
