@@ -165,6 +165,9 @@ class ConnectionPool:
 
     async def close(self) -> None:
         self._closed = True
+        if self._alarm is not None and not self._deadlines:  # nothing left to bound
+            self._alarm.cancel()
+            self._alarm = None
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
