@@ -8,6 +8,7 @@ conformance suites that run through it in both pooling modes (tests/conftest.py)
   and transact() itself refuses a session at another isolation level;
 * watch through transaction pooling wakes by polling, within about ``poll_interval``,
   or by NOTIFY over ``listen_url``;
+* a statement past the URL's timeout is cancelled on the server through the pooler;
 * the URL options are checked before any IO, and ``listen_url``'s password is redacted.
 """
 
@@ -22,8 +23,8 @@ from urllib.parse import quote
 import asyncpg
 import pytest
 
-from agentrooms.errors import BadRequest
-from agentrooms.store import Append, Put, open_store
+from agentrooms.errors import BadRequest, StoreUnavailable
+from agentrooms.store import Append, Put, VersionIs, open_store
 from agentrooms.store.postgres.config import parse_url, redact
 from agentrooms.store.postgres.sql import quote_ident
 from tests.conftest import pooled_url
@@ -128,6 +129,48 @@ async def _wake_delay(watcher_url: str, writer_url: str) -> float:
     finally:
         await watcher.close()
         await writer.close()
+
+
+@pytest.mark.parametrize("pooler", ["transaction", "session"])
+async def test_a_call_past_the_timeout_is_cancelled_through_the_pooler(
+    postgres_url: str, pgbouncers: Bouncers, pooler: str
+) -> None:
+    """A compare-and-set waiting for a row lock past the URL's timeout: the call raises
+    ``StoreUnavailable``, the pooler passes the cancel request on to the server, and the
+    write never happens."""
+    schema = _schema()
+    url = pooled_url(postgres_url, pgbouncers(pooler), pooler, schema) + "&timeout=0.3"
+    store = await open_store(url)
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        v = (await store.transact("r", writes=[Put("k", "before")])).versions["k"]
+        async with conn.transaction():
+            await conn.execute(
+                f"SELECT 1 FROM {quote_ident(schema)}.records WHERE room = 'r' AND key = 'k' "
+                "FOR UPDATE"
+            )
+            with pytest.raises(StoreUnavailable, match="timed out"):
+                await store.transact("r", [VersionIs("k", v)], [Put("k", "late")])
+            # Lock waits are seen from outside the holder's transaction (its statistics
+            # snapshot would not change).
+            watcher = await asyncpg.connect(postgres_url)
+            try:
+                for _ in range(100):
+                    waits = await watcher.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                    if waits == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                assert waits == 0
+            finally:
+                await watcher.close()
+        assert (await store.read("r", ["k"])).value("k") == "before"
+        assert (await store.transact("r", [VersionIs("k", v)], [Put("k", "after")])).versions
+    finally:
+        await conn.close()
+        await store.close()
 
 
 async def test_watch_through_transaction_pooling_polls(

@@ -6,8 +6,8 @@
 * concurrent openers of a fresh schema migrate it once;
 * every named query prepares, and the SQL fence rule is ``fence_of``'s;
 * what the conformance suite cannot see: lock placeholders never commit, absence is
-  locked (no write skew), the one-statement compare-and-set path keeps the rules, and
-  driver errors become ours;
+  locked (no write skew), the one-statement compare-and-set path keeps the rules and
+  its blocks of versions, and driver errors become ours;
 * sets: net effects in lock order, the memory reference's answers, pickers that never
   share a member nor wait, claimers and opposing set operations that never deadlock, a
   pick whose cost does not grow with the set;
@@ -41,6 +41,7 @@ from agentrooms.rooms import Rooms, TaskSpec
 from agentrooms.store import (
     Absent,
     Append,
+    Delete,
     FenceAtMost,
     Present,
     Put,
@@ -354,6 +355,71 @@ async def test_a_schema_at_version_8_gets_one_transact_and_keeps_its_outcomes(
     await _assert_fresh(postgres_url, schema)
 
 
+async def test_a_schema_at_version_9_gets_version_blocks_and_reuses_no_version(
+    postgres_url: str, schema: str
+) -> None:
+    """Migration 0010 on a schema as version 9 left it (the version sequence stepping by
+    one): versions given before it keep rising through compare-and-set, a key deleted and
+    re-created gets a version above every one it had, and the schema ends with a fresh
+    schema's catalog."""
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        await store.transact("r", writes=[Put("k", 0)])
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("ALTER SEQUENCE record_version INCREMENT BY 1")
+        await conn.execute("DELETE FROM schema_migrations WHERE version > 9")
+    finally:
+        await conn.close()
+    store = await open_store(_url(postgres_url, schema))
+    try:
+        first = (await store.read("r", ["k"])).version("k")
+        assert first is not None
+        seen = [first]
+        for value in range(1, 4):
+            result = await store.transact("r", [VersionIs("k", seen[-1])], [Put("k", value)])
+            seen.append(result.versions["k"])
+        await store.transact("r", writes=[Delete("k")])
+        again = (await store.transact("r", writes=[Put("k", "again")])).versions["k"]
+        assert seen == sorted(seen) and len(set(seen)) == len(seen) and again > seen[-1]
+        with pytest.raises(VersionConflict):
+            await store.transact("r", [VersionIs("k", seen[-1])], [Put("k", "stale")])
+    finally:
+        await store.close()
+    await _assert_fresh(postgres_url, schema)
+
+
+async def test_compare_and_set_takes_a_new_block_at_the_end_of_one(
+    pg: Store, conn: asyncpg.Connection, schema: str
+) -> None:
+    """Compare-and-set gives a record its version + 1 up to the end of its block of 1024,
+    then a version from the sequence, above every block given out so far; a key deleted
+    and re-created gets a new block, above every version it had."""
+    records = f"{quote_ident(schema)}.records"
+    base = (await pg.transact("r", writes=[Put("k", 0)])).versions["k"]
+    await pg.transact("r", writes=[Put("other", 0)])  # another block after k's
+    last = base - base % 1024 + 1023  # the last version of k's block
+    await conn.execute(f"UPDATE {records} SET version = $1 WHERE key = 'k'", last - 1)
+    step = (await pg.transact("r", [VersionIs("k", last - 1)], [Put("k", 1)])).versions["k"]
+    assert step == last
+    new = (await pg.transact("r", [VersionIs("k", last)], [Put("k", 2)])).versions["k"]
+    sequence = await conn.fetchval(f"SELECT last_value FROM {quote_ident(schema)}.record_version")
+    assert new == sequence > last
+    chain = [new]
+    for value in range(3, 6):
+        result = await pg.transact("r", [VersionIs("k", chain[-1])], [Put("k", value)])
+        chain.append(result.versions["k"])
+    assert chain == list(range(new, new + 4))
+    await pg.transact("r", writes=[Delete("k")])
+    again = (await pg.transact("r", writes=[Put("k", "again")])).versions["k"]
+    assert again > chain[-1]
+    for stale in (*chain, last):
+        with pytest.raises(VersionConflict):
+            await pg.transact("r", [VersionIs("k", stale)], [Put("k", "stale")])
+
+
 @pytest.mark.parametrize("version", [SQUASHED[2][0], LATEST + 1])
 async def test_a_schema_between_squashed_versions_or_newer_is_refused(
     postgres_url: str, schema: str, version: int
@@ -636,6 +702,35 @@ async def test_a_cancelled_call_is_cancelled_on_the_server(
     await holder.rollback()
     assert (await pg.read("r", ["k"])).value("k") == "before"
     assert (await pg.transact("r", [VersionIs("k", v)], [Put("k", "after")])).versions["k"] > v
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["compare-and-set", "transact"])
+async def test_a_call_past_the_timeout_is_cancelled_on_the_server(
+    postgres_url: str, conn: asyncpg.Connection, schema: str, guarded: bool
+) -> None:
+    """A statement waiting for a lock past the URL's timeout: the call raises
+    ``StoreUnavailable`` after about the timeout, the statement is cancelled on the
+    server rather than left to commit later, and the store keeps working."""
+    store = await open_store(f"{_url(postgres_url, schema)}&timeout=0.3")
+    try:
+        v = (await store.transact("r", writes=[Put("k", "before")])).versions["k"]
+        compares = [VersionIs("k", v)] if guarded else []
+        holder = conn.transaction()
+        await holder.start()
+        await conn.execute(
+            f"SELECT 1 FROM {quote_ident(schema)}.records WHERE room = 'r' AND key = 'k' FOR UPDATE"
+        )
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            await store.transact("r", compares, [Put("k", "late")])
+        assert 0.25 < time.monotonic() - t0 < 2
+        await _wait_until_no_lock_waits(conn)
+        await holder.rollback()
+        assert (await store.read("r", ["k"])).value("k") == "before"
+        after = await store.transact("r", [VersionIs("k", v)], [Put("k", "after")])
+        assert after.versions["k"] > v
+    finally:
+        await store.close()
 
 
 # ------------------------------------------------------------------ v2: sets and picks

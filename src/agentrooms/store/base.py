@@ -9,7 +9,8 @@ and an append-only **event log** numbered by a gapless per-room sequence.
 Invariants every backend keeps (and the conformance suite checks):
 
 * A record's ``version`` strictly increases on every write and is never reused, not even
-  after a delete and re-create (versions come from a store-wide or room-wide counter).
+  after a delete and re-create (versions come from a store-wide or room-wide counter, or
+  on PostgreSQL from a record's own block of a store-wide counter).
 * Expiry is judged by the store's own clock. An expired record is absent to ``read``,
   ``scan`` and every compare.
 * ``transact`` is all-or-nothing: on any failed compare nothing is written and nothing is

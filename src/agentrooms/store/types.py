@@ -241,9 +241,13 @@ class Append:
 
 
 # ------------------------------------------------------------- prepared (backend) forms
+#
+# PreparedWrite and Prepared are built on every transact, so they are not frozen: a
+# frozen dataclass's __init__ sets each field through object.__setattr__, a large part
+# of the hot path's own cost (docs/why.md). Backends treat them as read-only.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedWrite:
     """A validated write as backends receive it: ``value_json`` is ``None`` for a delete."""
 
@@ -293,7 +297,7 @@ def stored_event(
     return Event(seq, type, data, time, author, to, roles)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
     """One transact's operations, validated and encoded."""
 

@@ -136,7 +136,7 @@ class PostgresStore(Store):
             config.dsn,
             server_settings=session_settings(schema, config.pooler),
             timeout=config.connect_timeout,
-            command_timeout=config.timeout,  # every statement but the pool's own calls
+            # No command_timeout: the pool bounds its calls, the block below its own.
             # Named prepared statements do not survive transaction pooling: a statement
             # prepared on one server connection is run on another.
             **({"statement_cache_size": 0} if config.pooler == "transaction" else {}),
@@ -144,7 +144,7 @@ class PostgresStore(Store):
         pool = ConnectionPool(connect, config.pool_size, config.timeout)
         try:
             with driver_errors("connect and migrate"):
-                async with pool.acquire() as conn:
+                async with pool.acquire() as conn, asyncio.timeout(config.timeout):
                     await migrate(conn, schema)
                     check = await conn.fetchrow(QUERIES["session_check"].sql)
             assert check is not None
@@ -153,7 +153,7 @@ class PostgresStore(Store):
             with contextlib.suppress(Exception):
                 await pool.close()
             raise
-        listen = connect
+        listen = functools.partial(connect, command_timeout=config.timeout)
         if config.listen_dsn is not None:
             listen = functools.partial(
                 asyncpg.connect,

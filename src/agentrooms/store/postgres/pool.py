@@ -11,8 +11,13 @@ Why not ``asyncpg.Pool``: docs/why.md ("The PostgreSQL pool"). This pool:
   gave up is interrupted rather than left to commit unobserved;
 * on :meth:`close`, closes the idle connections, and the busy ones as they come back;
 * bounds each :meth:`fetch` by ``timeout`` seconds: the wait for a free connection and
-  then the statement (asyncpg's own timeout, which also asks the server to cancel it);
-  opening a connection has its own timeout (``connect``'s), not counted against it.
+  then the statement; opening a connection has its own timeout (``connect``'s), not
+  counted against it. Past it the call's task is cancelled where it waits, as
+  ``asyncio.timeout`` would, which for a statement in flight makes asyncpg ask the server
+  to cancel it, and the call raises ``TimeoutError``. One timer per pool serves every
+  call (a watchdog armed for the earliest deadline), not one per call: a call only
+  notes its deadline (docs/why.md). ``connect`` should therefore set no
+  ``command_timeout`` of its own, which would arm asyncpg's timer on every statement.
 
 Errors are the driver's (``asyncpg.InterfaceError`` once closed); the backend translates
 them at its one seam.
@@ -44,6 +49,11 @@ class ConnectionPool:
         self._idle: list[asyncpg.Connection] = []
         self._retiring: set[asyncio.Task[None]] = set()
         self._closed = False
+        # The calls in flight -> their deadline and how often their task had been
+        # cancelled when they began; the ones the watchdog cancelled -> the latter.
+        self._deadlines: dict[asyncio.Task[Any], tuple[float, int]] = {}
+        self._expired: dict[asyncio.Task[Any], int] = {}
+        self._alarm: asyncio.TimerHandle | None = None
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
@@ -60,24 +70,23 @@ class ConnectionPool:
     async def fetch(self, query: str, *args: object) -> list[Any]:
         """Run one statement on an idle connection (``acquire`` inlined: the hot path),
         within :attr:`timeout` (``TimeoutError`` past it: for a write, outcome unknown)."""
-        timeout = self.timeout
-        if timeout is not None and self._slots.locked():
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            try:
-                await asyncio.wait_for(self._slots.acquire(), timeout)
-            except TimeoutError as exc:
-                raise TimeoutError(f"no connection came free within {timeout:g} s") from exc
-            timeout = max(0.001, timeout - (loop.time() - start))
-        else:  # at once, without suspending, when a slot is free: nothing waited
-            await self._slots.acquire()
+        task = None
+        if self.timeout is not None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._watch(task)
+        try:
+            await self._slots.acquire()  # at once, without suspending, when a slot is free
+        except asyncio.CancelledError:
+            self._timed_out(task, "no connection came free")
+            raise
         try:
             idle = self._idle
             conn = idle.pop() if idle and not self._closed else None
             if conn is None or conn.is_closed():
-                conn = await self._take()
+                conn = await self._connect_unwatched(task)
             try:
-                rows: list[Any] = await conn.fetch(query, *args, timeout=timeout)
+                rows: list[Any] = await conn.fetch(query, *args)
             except BaseException:
                 self._retire(conn)
                 raise
@@ -86,11 +95,79 @@ class ConnectionPool:
             else:
                 idle.append(conn)
             return rows
+        except asyncio.CancelledError:
+            self._timed_out(task, "no reply")
+            raise
         finally:
             self._slots.release()
+            if task is not None:
+                self._deadlines.pop(task, None)
+
+    def _watch(self, task: asyncio.Task[Any]) -> None:
+        """Note ``task``'s deadline, ``timeout`` from now, arming the watchdog if it is
+        not armed for an earlier one."""
+        assert self.timeout is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        self._deadlines[task] = (deadline, task.cancelling())
+        if self._alarm is None or deadline < self._alarm.when():
+            self._arm(loop, deadline)
+
+    def _timed_out(self, task: asyncio.Task[Any] | None, what: str) -> None:
+        """In a call that got ``CancelledError``: if the watchdog cancelled it and nobody
+        else did too, ``TimeoutError`` instead (as ``asyncio.timeout`` decides)."""
+        if task is None:
+            return
+        self._deadlines.pop(task, None)
+        if task not in self._expired:
+            return
+        cancelling = self._expired.pop(task)
+        if task.uncancel() <= cancelling:
+            raise TimeoutError(f"{what} within {self.timeout:g} s") from None
+
+    async def _connect_unwatched(self, task: asyncio.Task[Any] | None) -> asyncpg.Connection:
+        """A new connection (``_take``), the time it takes to open added to the call's
+        deadline: opening has its own timeout."""
+        if task is None:
+            return await self._take()
+        loop = asyncio.get_running_loop()
+        deadline, cancelling = self._deadlines.pop(task, (loop.time(), 0))
+        start = loop.time()
+        try:
+            return await self._take()
+        finally:
+            deadline += loop.time() - start
+            self._deadlines[task] = (deadline, cancelling)
+            if self._alarm is None or deadline < self._alarm.when():
+                self._arm(loop, deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+        self._alarm = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """The watchdog: cancel the calls past their deadline, then re-arm for the
+        earliest deadline left."""
+        self._alarm = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        earliest = None
+        for task, (deadline, cancelling) in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[task]
+                self._expired[task] = cancelling
+                task.cancel()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._arm(loop, earliest)
 
     async def close(self) -> None:
         self._closed = True
+        if self._alarm is not None and not self._deadlines:  # nothing left to bound
+            self._alarm.cancel()
+            self._alarm = None
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()

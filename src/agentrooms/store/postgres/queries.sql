@@ -100,9 +100,12 @@ SELECT now, versions, first_seqs, stale_at, stale_current,
 -- The commonest transact, a put guarded by its own version, as one plain statement.
 -- Put $3 (ttl $4 ms) at key $2 of room $1 if the record is live at version $5: the new
 -- version and the clock, or no row (not applied: read the record to find out why).
+-- The new version is the next of the record's block of versions, a new block from the
+-- store-wide sequence only once that one is used up (migrations/0010_version_blocks.sql).
 UPDATE {schema}.records
    SET value = $3,
-       version = nextval('{schema}.record_version'),
+       version = CASE WHEN (version + 1) % 1024 = 0 THEN nextval('{schema}.record_version')
+                      ELSE version + 1 END,
        expires_at = clock_timestamp() + $4 * interval '1 millisecond'
  WHERE room = $1 AND key = $2 AND version = $5 AND value IS NOT NULL
    AND (expires_at IS NULL OR expires_at > clock_timestamp())

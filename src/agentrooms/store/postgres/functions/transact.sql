@@ -199,6 +199,8 @@ BEGIN
 
             -- 4. The item's puts, one primary-key update each: every row exists (record
             --    or placeholder) and is ours, unless an item before it deleted the key.
+            --    Each takes a new block of versions from the sequence
+            --    (migrations/0010_version_blocks.sql).
             FOR j IN p_put_bounds[i] + 1 .. p_put_bounds[i + 1] LOOP
                 UPDATE records
                    SET value = p_put_values[j],

@@ -1,0 +1,12 @@
+-- Migration 0010: record versions in blocks of 1024.
+--
+-- Every nextval of record_version now starts a block of 1024 versions that only the
+-- record it was given to uses: compare_and_set (queries.sql), the commonest write, gives
+-- a record its version + 1 while that stays inside the block (short of the next multiple
+-- of 1024), and takes a new block from the sequence only at the block's end, so it
+-- rarely touches the store-wide sequence that every other write takes from. A version is
+-- still never reused for a key, not even after a delete and re-create: a block lies
+-- wholly below every later nextval (the sequence steps by the block's size) and above
+-- every earlier block. Versions given before this migration (each below the sequence's
+-- last value) stay below every block taken after it.
+ALTER SEQUENCE record_version INCREMENT BY 1024;
