@@ -47,8 +47,10 @@ async def closed_loop(
     duration: float,
     make_op: Callable[[int], Awaitable[Callable[[], Awaitable[None]]]],
 ) -> Arm:
-    """Run ``workers`` loops for ``duration`` seconds; each calls its op back to back."""
-    ops = [await make_op(w) for w in range(workers)]
+    """Run ``workers`` loops for ``duration`` seconds; each calls its op back to back.
+    The ops are made concurrently, so a client that opens connections on demand has
+    opened them before the timing starts, as the raw arms' pools have."""
+    ops = await asyncio.gather(*(make_op(w) for w in range(workers)))
     arm = Arm(name)
     stop = time.perf_counter() + duration
 
