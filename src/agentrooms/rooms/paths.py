@@ -48,11 +48,11 @@ from agentrooms.store.types import (
     Append,
     Compare,
     Delete,
-    Event,
     Put,
     Record,
     VersionIs,
     Write,
+    appended,
 )
 
 EXCLUSIVE, SHARED = "exclusive", "shared"
@@ -332,12 +332,8 @@ class Paths:
         self, compares: list[Compare], writes: list[Write], appends: list[Append]
     ) -> None:
         done = await self._scope.transact(compares, writes, appends)
-        events = [
-            Event(seq, a.type, a.data, done.now, a.author)
-            for seq, a in zip(done.seqs, appends, strict=True)
-        ]
-        if events:
-            tell(self._scope.store, self._scope.room, events)
+        if appends:
+            tell(self._scope.store, self._scope.room, appended(done.seqs, appends, done.now))
 
     async def _entries(self, prefixes: Iterable[tuple[str, ...]]) -> list[tuple[Record, float]]:
         """Every index record that may overlap a pattern of literal prefix among

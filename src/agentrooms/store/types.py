@@ -297,6 +297,15 @@ def stored_event(
     return Event(seq, type, data, time, author, to, roles)
 
 
+def appended(seqs: Sequence[int], appends: Sequence[Append], now: float) -> list[Event]:
+    """The events a transact appended: ``appends`` numbered by its ``seqs`` (in order),
+    at the store time ``now``, as a read of the log returns them."""
+    return [
+        Event(seq, a.type, a.data, now, a.author, tuple(a.to), tuple(a.to_roles))
+        for seq, a in zip(seqs, appends, strict=True)
+    ]
+
+
 @dataclass(slots=True)
 class Prepared:
     """One transact's operations, validated and encoded."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from agentrooms.errors import BadRequest
 from agentrooms.rooms.follow import following, tell
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import Append, Event, Put, SetAdd
+from agentrooms.store.types import Append, Put, SetAdd, appended
 
 __all__ = ["GROUP", "member", "send"]
 
@@ -128,6 +128,4 @@ async def _transact(scope: Scope, members: list[_Member]) -> None:
     appends = [m.submitted for m in members]
     done = await scope.transact((), writes, appends)
     if following(scope.store, scope.room):
-        told = zip(done.seqs, appends, strict=True)
-        events = [Event(s, a.type, a.data, done.now, a.author) for s, a in told]
-        tell(scope.store, scope.room, events)
+        tell(scope.store, scope.room, appended(done.seqs, appends, done.now))

@@ -25,7 +25,7 @@ from agentrooms.rooms.follow import tell
 from agentrooms.rooms.locks import Lock, Locks, knowledge_of
 from agentrooms.rooms.room import Room
 from agentrooms.rooms.scope import Scope
-from agentrooms.store.types import Delete, Event, Put, Record, Snapshot
+from agentrooms.store.types import Delete, Event, Put, Record, Snapshot, appended
 from agentrooms.writer.model import DEAD, OUTAGE_PAUSE, SUBMITTED, QueueKeys
 from agentrooms.writer.queue import DEPTH_EVERY, _scope_of
 from agentrooms.writer.transitions import (
@@ -282,10 +282,8 @@ class Writer:
         done = committed.result
         appends = list(change.appends)
         if done.get("appends") == len(appends) == len(committed.seqs):
-            told = [  # the batch's events, to this process's waiters without a read
-                Event(seq, a.type, a.data, done["at"], a.author, tuple(a.to), tuple(a.to_roles))
-                for seq, a in zip(committed.seqs, appends, strict=True)
-            ]
+            # the batch's events, to this process's waiters without a read
+            told = appended(committed.seqs, appends, done["at"])
             tell(self.scope.store, self.scope.room, told)
         elapsed = time.monotonic() - started
         if done["settled"]:

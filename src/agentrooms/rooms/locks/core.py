@@ -49,7 +49,6 @@ from agentrooms.store.types import (
     Append,
     Compare,
     Delete,
-    Event,
     FenceAtMost,
     Present,
     Put,
@@ -57,6 +56,7 @@ from agentrooms.store.types import (
     TransactResult,
     VersionIs,
     Write,
+    appended,
 )
 
 
@@ -283,12 +283,11 @@ class LockCore:
         head = line.head
         if head is None:
             data: dict[str, Any] = {"lock": lock.name, "owner": lock.owner}
+            released = Append("lock.released", data, lock.owner)
             done = await self._scope.transact(
-                [*mine, *compares],
-                [*writes, Delete(keys.lock(lock.name)), ours],
-                [Append("lock.released", data, lock.owner)],
+                [*mine, *compares], [*writes, Delete(keys.lock(lock.name)), ours], [released]
             )
-            self._tell(Event(done.seqs[0], "lock.released", data, done.now, lock.owner))
+            self._tell(done, released)
             return done
         nxt = head.value
         # While ``mine`` holds, the counter is at our token: the next one is ours + 1.
@@ -304,6 +303,7 @@ class LockCore:
         }
         if passed := handed(writes, nxt.get("read")):
             data["handed"] = passed
+        handoff = Append("lock.handoff", data, lock.owner)
         done = await self._scope.transact(
             [*mine, Present(head.key), *compares],
             [
@@ -313,15 +313,15 @@ class LockCore:
                 Delete(head.key),
                 *([rejoin] if rejoin else []),
             ],
-            [Append("lock.handoff", data, lock.owner)],
+            [handoff],
         )
-        self._tell(Event(done.seqs[0], "lock.handoff", data, done.now, lock.owner))
+        self._tell(done, handoff)
         return done
 
-    def _tell(self, event: Event) -> None:
-        """The waiters of this process learn of ``event`` now, not when the reader of the
-        log gets it."""
-        tell(self._scope.store, self._scope.room, [event])
+    def _tell(self, done: TransactResult, event: Append) -> None:
+        """The waiters of this process learn of ``event``, which ``done`` appended, now,
+        not when the reader of the log gets it."""
+        tell(self._scope.store, self._scope.room, appended(done.seqs, [event], done.now))
 
     # ------------------------------------------------------------------- the rest
 
