@@ -95,6 +95,13 @@ async def test_a_lock_shows_its_grant_times_and_its_line(store: Store, room: str
         state = (await c.get(locks, headers=ann)).json()
         [waiter] = state["waiters"]
         assert waiter["owner"] == "bob" and waiter["joined_at"] >= granted["granted_at"]
+        # only the grant's token releases: a made-up one with a larger fence does not,
+        # and the grant's token sent by another agent is refused
+        forged = {"token": "0" * 32, "fence": granted["fence"] + 100}
+        assert not (await c.post(f"{locks}/release", json=forged, headers=ann)).json()["released"]
+        foreign = await c.post(f"{locks}/release", json=ref, headers=bob)
+        assert foreign.status_code == 403 and foreign.json()["error"]["type"] == "forbidden"
+        assert (await c.get(locks, headers=bob)).json()["holder"]["owner"] == "ann"
         assert (await c.post(f"{locks}/release", json=ref, headers=ann)).json()["released"]
         handed = (await asyncio.wait_for(waiting, 10)).json()
         events = (await c.get(f"/v1/rooms/{room}/events", headers=ann)).json()["events"]
